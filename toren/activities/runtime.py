@@ -1,0 +1,313 @@
+"""The worker-side runtime: loaded agents, their env and providers, and the activities.
+
+```python
+runtime = AgentRuntime.load(["examples/support"], environ=os.environ)
+worker = Worker(client, task_queue="support", activities=runtime.activities(), ...)
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from toren.agent import Agent, load_agent
+from toren.errors import ConfigError
+from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
+from toren.tool import Tool, ToolContext
+from toren.transcript import TranscriptCache, tool_message
+from toren.workflows.types import (
+    AgentSpec,
+    ApprovalCheck,
+    ModelCallInput,
+    ModelCallResult,
+    ToolCallInput,
+    ToolCallResult,
+    ToolSpec,
+)
+
+__all__ = ["AgentRuntime", "LoadedAgent"]
+
+log = logging.getLogger("toren")
+
+HEARTBEAT_EVERY = 2.0
+"""Seconds between heartbeats of a running call (the workflow's heartbeat timeout is 10 s)."""
+
+
+@dataclass
+class LoadedAgent:
+    """An agent ready to serve: its folder, resolved env and model provider."""
+
+    agent: Agent
+    env: dict[str, str]
+    provider: ModelProvider
+    model: str
+
+    def spec(self) -> AgentSpec:
+        """The spec the workflow records once per run."""
+        limits = self.agent.config.limits
+        return AgentSpec(
+            name=self.agent.name,
+            model=self.model,
+            tools=[
+                ToolSpec(
+                    name=t.name or "",
+                    description=t.description,
+                    schema=t.schema,
+                    effects=t.effects,
+                    idempotency=t.idempotency,
+                    approval=t.approval_kind,
+                    timeout_ms=t.timeout_ms,
+                    max_attempts=t.max_attempts,
+                    approval_timeout_s=t.approval_timeout_s,
+                )
+                for t in self.agent.tools.values()
+            ],
+            max_steps=limits.max_steps_per_task,
+            max_attempts=limits.max_attempts_per_task,
+            max_wall_clock_min=limits.max_wall_clock_min,
+            approval_timeout_s=(
+                limits.approval_timeout_min * 60 if limits.approval_timeout_min else None
+            ),
+            max_tokens=self.agent.config.max_tokens,
+        )
+
+    def secrets(self) -> list[str]:
+        """Values to keep out of history: the required env (keys, passwords, tokens)."""
+        return [self.env[n] for n in self.agent.required_env() if len(self.env.get(n, "")) >= 4]
+
+
+class AgentRuntime:
+    """Everything a worker needs to serve some agents: build it with `AgentRuntime.load`."""
+
+    def __init__(self, agents: Sequence[LoadedAgent]) -> None:
+        self.agents: dict[str, LoadedAgent] = {a.agent.name: a for a in agents}
+        self.transcripts = TranscriptCache()
+
+    @classmethod
+    def load(
+        cls,
+        folders: Sequence[str | Path | Agent],
+        environ: Mapping[str, str],
+        models: Mapping[str, ModelProvider] | None = None,
+        model_override: str | None = None,
+    ) -> AgentRuntime:
+        """Load agent folders and resolve their env from `environ`.
+
+        Args:
+            folders: agent folders (or already loaded agents).
+            environ: where env values come from, normally `os.environ`.
+            models: providers by model string (`"mock/x"`), overriding the built-in ones.
+            model_override: serve every agent with this model instead of its own.
+
+        Raises:
+            ConfigError: every problem of every agent, missing env included, in one error.
+        """
+        problems: list[str] = []
+        loaded: list[LoadedAgent] = []
+        for folder in folders:
+            try:
+                agent = folder if isinstance(folder, Agent) else load_agent(folder)
+                model = model_override or agent.config.model
+                if model_override:
+                    agent.config = agent.config.model_copy(update={"model": model})
+                env = agent.resolve_env(environ)
+                provider = (models or {}).get(model) or provider_for(model, env, agent.folder)
+                loaded.append(LoadedAgent(agent=agent, env=env, provider=provider, model=model))
+            except ConfigError as err:
+                problems += err.problems
+        names = [a.agent.name for a in loaded]
+        for name in {n for n in names if names.count(n) > 1}:
+            problems.append(f"two agent folders are both named {name!r}")
+        if problems:
+            raise ConfigError(problems)
+        return cls(loaded)
+
+    def task_queues(self) -> dict[str, list[LoadedAgent]]:
+        """Agents grouped by task queue (one Temporal worker serves each queue)."""
+        queues: dict[str, list[LoadedAgent]] = {}
+        for a in self.agents.values():
+            queues.setdefault(a.agent.task_queue, []).append(a)
+        return queues
+
+    def activities(self, agents: Sequence[LoadedAgent] | None = None) -> list[Callable[..., Any]]:
+        """The activities serving `agents` (default: all): the loop's own and one per tool."""
+        served = list(agents or self.agents.values())
+        acts: list[Callable[..., Any]] = [self.agent_spec, self.check_approval, self.call_model]
+        for a in served:
+            for tool in a.agent.tools.values():
+                acts.append(self._tool_activity(a, tool))
+        return acts
+
+    def _get(self, agent: str) -> LoadedAgent:
+        loaded = self.agents.get(agent)
+        if loaded is None:
+            served = ", ".join(sorted(self.agents)) or "none"
+            raise ApplicationError(
+                f"this worker does not serve agent {agent!r} (it serves: {served}); "
+                "start a worker for it with `toren worker <folder>`",
+                type="UnknownAgent",
+            )
+        return loaded
+
+    # -- local activities -----------------------------------------------------------------
+
+    @activity.defn(name="toren.agent_spec")
+    async def agent_spec(self, agent: str) -> AgentSpec:
+        """Record the agent's spec (schemas and policies) in the run's history."""
+        return self._get(agent).spec()
+
+    @activity.defn(name="toren.check_approval")
+    async def check_approval(
+        self, agent: str, tool: str, call_id: str, args: dict[str, Any]
+    ) -> ApprovalCheck:
+        """Evaluate a tool's approval policy on the call's args (recorded in history)."""
+        t = self._get(agent).agent.tools[tool]
+        check = ApprovalCheck(gated=True, call_id=call_id, tool=tool)
+        if t.approval_kind == "always":
+            check.reason = "approval: always"
+            return check
+        try:
+            check.gated = t.needs_approval(args)
+            check.reason = "its approval predicate matched" if check.gated else ""
+        except ValidationError as err:
+            check.error = _validation_text(err)
+        except Exception as err:
+            # A broken predicate gates the call: asking a person is the safe answer.
+            log.warning("approval predicate of %s.%s raised %r; gating the call", agent, tool, err)
+            check.reason = f"its approval predicate raised {type(err).__name__}"
+        return check
+
+    # -- the model ---------------------------------------------------------------------------
+
+    @activity.defn(name="toren.call_model")
+    async def call_model(self, input: ModelCallInput) -> ModelCallResult:
+        """Call the agent's model with the run's transcript."""
+        loaded = self._get(input.agent)
+        messages = self.transcripts.resolve(
+            input.run_key, input.count, input.digest, input.since, input.tail
+        )
+        if messages is None:
+            messages = await self._fetch_transcript(input.run_key, input.count)
+        _, _, model_name = input.model.partition("/")
+        request = ModelRequest(
+            model=model_name,
+            system=loaded.agent.instructions,
+            messages=messages,
+            tools=[
+                {"name": t.name, "description": t.description, "parameters": t.schema}
+                for t in loaded.agent.tools.values()
+            ],
+            max_tokens=loaded.agent.config.max_tokens,
+        )
+        async with _heartbeating():
+            try:
+                reply = await loaded.provider.complete(request)
+            except ModelHTTPError as err:
+                raise ApplicationError(
+                    _redact(str(err), loaded.secrets()),
+                    type="ModelHTTPError",
+                    non_retryable=not err.retryable,
+                    next_retry_delay=(
+                        timedelta(seconds=err.retry_after) if err.retry_after else None
+                    ),
+                ) from None
+        message = reply.message()
+        self.transcripts.store(input.run_key, [*messages, message])
+        return ModelCallResult(message=message, usage=reply.usage, model=reply.model)
+
+    async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
+        workflow_id, _, run_id = run_key.partition("/")
+        handle = activity.client().get_workflow_handle(workflow_id, run_id=run_id or None)
+        messages: list[dict[str, Any]] = await handle.query("transcript", args=[0, count])
+        return messages
+
+    # -- tools -----------------------------------------------------------------------------
+
+    def _tool_activity(self, loaded: LoadedAgent, tool: Tool) -> Callable[..., Any]:
+        name = f"{loaded.agent.name}.{tool.name}"
+        cache = self.transcripts
+
+        @activity.defn(name=name)
+        async def run_tool(input: ToolCallInput) -> ToolCallResult:
+            result = await _run_tool(loaded, tool, input)
+            cache.put_tool_result(
+                input.run_key,
+                input.call_id,
+                tool_message(input.call_id, input.tool, result.content, result.is_error),
+            )
+            return result
+
+        return run_tool
+
+
+async def _run_tool(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -> ToolCallResult:
+    info = activity.info()
+    ctx = ToolContext(
+        env=dict(loaded.env),
+        idempotency_key=input.idempotency_key,
+        run_id=info.workflow_id or "",
+        call_id=input.call_id,
+        agent=loaded.agent.name,
+        tool=tool.name or "",
+        attempt=info.attempt,
+        arguments=dict(input.arguments or {}),
+    )
+    timeout = tool.timeout_ms / 1000 if tool.timeout_ms else None
+    async with _heartbeating():
+        try:
+            content = await asyncio.wait_for(tool.invoke(input.args, ctx), timeout)
+        except TimeoutError:
+            return ToolCallResult(f"tool {tool.name} timed out after {tool.timeout_ms}ms", True)
+        except ValidationError as err:
+            return ToolCallResult(
+                f"invalid arguments for {tool.name}: {_validation_text(err)}", True
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            text = f"tool {tool.name} failed: {type(err).__name__}: {err}"
+            return ToolCallResult(_redact(text, loaded.secrets()), True)
+    return ToolCallResult(content)
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncIterator[None]:
+    """Heartbeat in the background, so a dead worker is noticed and cancellation arrives."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def _validation_text(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        where = ".".join(str(p) for p in e["loc"])
+        parts.append(f"{where}: {e['msg']}" if where else e["msg"])
+    return "; ".join(parts)

@@ -1,0 +1,233 @@
+"""The Anthropic provider: the Messages API over httpx.
+
+Toren's neutral transcript is mapped to Anthropic's content blocks: assistant tool calls become
+`tool_use` blocks, and tool results become `tool_result` blocks grouped into the user turn that
+follows the assistant turn (the API requires that). The provider never retries: every failure
+becomes a `ModelHTTPError` and Temporal's retry policy decides what happens next.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from toren.models.base import Message, ModelHTTPError, ModelReply, ModelRequest
+from toren.models.openai import post_json
+
+__all__ = ["AnthropicModel"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+
+
+class AnthropicModel:
+    """A model behind the Anthropic Messages API.
+
+    Args:
+        api_key: Sent as `x-api-key`.
+        base_url: The API root without `/v1`, `https://api.anthropic.com` by default (the same
+            convention as `ANTHROPIC_BASE_URL` in Anthropic's SDK).
+        transport: An httpx transport to use instead of the network (tests pass a
+            `httpx.MockTransport`).
+        timeout: Seconds allowed for each of connecting, writing, reading and pool waits.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.api_key = api_key
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.transport = transport
+        self.timeout = timeout
+        self.label = (
+            "Anthropic"
+            if self.base_url == DEFAULT_BASE_URL
+            else f"Anthropic-compatible server {self.base_url}"
+        )
+
+    def __repr__(self) -> str:
+        # Where it points, and never the key.
+        return f"AnthropicModel(base_url={self.base_url!r})"
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Send one Messages request and parse the reply.
+
+        Args:
+            request: The model call in toren's neutral format.
+
+        Returns:
+            The assistant's text, tool calls and token usage.
+
+        Raises:
+            ModelHTTPError: The server answered with an error status, could not be reached, or
+                sent a reply that is not a message.
+            ValueError: The transcript holds a role toren's format does not define.
+        """
+        headers = {
+            "Accept": "application/json",
+            "x-api-key": self.api_key,
+            "anthropic-version": API_VERSION,
+        }
+        data = await post_json(
+            self.label,
+            f"{self.base_url}/v1/messages",
+            request_body(request),
+            headers,
+            secret=self.api_key,
+            transport=self.transport,
+            timeout=self.timeout,
+        )
+        try:
+            return parse_reply(data, request.model)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ModelHTTPError(
+                f"{self.label} sent a reply that is not a message ({exc!r})"
+            ) from None
+
+
+def request_body(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API JSON body for `request`.
+
+    Raises:
+        ValueError: A message has a role other than user, assistant or tool.
+    """
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": _messages(request.messages),
+    }
+    if request.system:
+        body["system"] = request.system
+    if request.tools:
+        body["tools"] = [
+            {
+                "name": tool["name"],
+                "description": tool.get("description", ""),
+                "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
+            }
+            for tool in request.tools
+        ]
+    return body
+
+
+def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        blocks: list[dict[str, Any]] = []
+        if role == "assistant":
+            text = message.get("content") or ""
+            if text:
+                blocks.append({"type": "text", "text": str(text)})
+            for call in message.get("tool_calls") or []:
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": _arguments(call.get("arguments")),
+                    }
+                )
+        elif role == "tool":
+            blocks.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message["tool_call_id"],
+                    "content": _text(message.get("content", "")),
+                    "is_error": bool(message.get("is_error", False)),
+                }
+            )
+        elif role == "user":
+            content = message.get("content", "")
+            if isinstance(content, list):
+                blocks.extend(content)  # already content blocks (e.g. images)
+            elif content != "":
+                blocks.append({"type": "text", "text": str(content)})
+        else:
+            raise ValueError(f"message role {role!r} is not one of user, assistant, tool")
+        # Empty content blocks are rejected by the API; an empty turn carries nothing anyway.
+        if not blocks:
+            continue
+        wire_role = "assistant" if role == "assistant" else "user"
+        # Tool results (and any user text after them) share one user turn, and turns of the
+        # same role are merged, so the roles alternate as the API requires.
+        if out and out[-1]["role"] == wire_role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": wire_role, "content": blocks})
+    for turn in out:
+        # A lone text block is sent as a plain string, the form most requests use.
+        content = turn["content"]
+        if (
+            len(content) == 1
+            and content[0].get("type") == "text"
+            and set(content[0])
+            == {
+                "type",
+                "text",
+            }
+        ):
+            turn["content"] = content[0]["text"]
+    return out
+
+
+def _arguments(arguments: Any) -> dict[str, Any]:
+    # The model may have produced invalid JSON (the workflow reported that back to it); the API
+    # needs an object, so send {} and keep the conversation going.
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _text(value: Any) -> str:
+    # Tool results are strings in toren's format; stringify anything else rather than fail.
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def parse_reply(data: Any, model: str) -> ModelReply:
+    """Turn a Messages API response body into a `ModelReply`.
+
+    Raises:
+        ValueError: The body has no `content` list (also KeyError, TypeError and friends for
+            other shapes that are not a message).
+    """
+    if not isinstance(data, dict):
+        raise ValueError("the body is not a JSON object")
+    blocks = data.get("content")
+    if not isinstance(blocks, list):
+        raise ValueError(f"no content list; got keys {sorted(data)}")
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": block["id"],
+                    "name": block["name"],
+                    "arguments": json.dumps(block.get("input") or {}),
+                }
+            )
+        # Other blocks (thinking, server tools) are not part of toren's transcript.
+    usage = data.get("usage") or {}
+    return ModelReply(
+        content="".join(texts),
+        tool_calls=calls,
+        usage={
+            "input_tokens": int(usage.get("input_tokens") or 0),
+            "output_tokens": int(usage.get("output_tokens") or 0),
+        },
+        model=str(data.get("model") or model),
+    )

@@ -1,0 +1,85 @@
+"""What a model provider is: a request in toren's message format, a reply, and its errors.
+
+Transcript messages are provider-neutral dicts:
+
+```
+{"role": "user", "content": "..."}
+{"role": "assistant", "content": "...", "tool_calls": [{"id", "name", "arguments"}]}
+{"role": "tool", "tool_call_id": "...", "name": "...", "content": "...", "is_error": false}
+```
+
+`arguments` is the JSON text the model produced (it may be invalid: the workflow checks it).
+Providers never retry: they raise `ModelHTTPError` and Temporal's retry policy decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["ModelHTTPError", "ModelProvider", "ModelReply", "ModelRequest"]
+
+Message = dict[str, Any]
+
+
+@dataclass
+class ModelRequest:
+    """One model call."""
+
+    model: str
+    """The provider's model name (without the `openai/` prefix)."""
+    system: str
+    """The agent's instructions."""
+    messages: list[Message]
+    """The transcript so far."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """`{"name", "description", "parameters"}` per tool; `parameters` is a JSON Schema."""
+    max_tokens: int = 4096
+    """Upper bound on tokens in the reply."""
+
+
+@dataclass
+class ModelReply:
+    """A model's answer: an assistant message (text and/or tool calls) and token usage."""
+
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+
+    def message(self) -> Message:
+        """The transcript message for this reply."""
+        message: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        return message
+
+
+class ModelHTTPError(Exception):
+    """A provider answered with an error status (or could not be reached).
+
+    `retryable` follows the status: 408, 409, 429 and 5xx (and connection errors) are; other
+    4xx are not. `retry_after` is the server's `Retry-After` in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        if retryable is None:
+            retryable = status is None or status in (408, 409, 429) or status >= 500
+        self.retryable = retryable
+
+
+class ModelProvider(Protocol):
+    """Anything that can answer a `ModelRequest`."""
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer one request; raise `ModelHTTPError` on a failed call, never retry."""
+        ...

@@ -1,0 +1,89 @@
+"""Models that need no provider: `mock/echo` and scripted models for tests and the demo.
+
+A script is a list of steps; step *i* answers the model call that sees *i* earlier assistant
+messages, so a resumed or retried run gets the same answer. A step is a string (the final
+answer), a dict `{"text": ..., "tool_calls": [{"name": ..., "args": {...}}]}`, or a function of
+the transcript returning either. Text may contain `{last_tool_result}`.
+
+```yaml
+# mock_script.yaml beside agent.yaml, used by `model: mock/scripted`
+- tool_calls: [{name: lookup_order, args: {order_id: "A-1001"}}]
+- "Your order {last_tool_result}"
+```
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toren.models.base import Message, ModelReply, ModelRequest
+
+__all__ = ["EchoModel", "ScriptedModel"]
+
+Step = str | dict[str, Any] | Callable[[list[Message]], "str | dict[str, Any]"]
+
+
+class EchoModel:
+    """Answers with the last user message, prefixed by `echo: `."""
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Echo the last user message."""
+        last = next((m for m in reversed(request.messages) if m.get("role") == "user"), None)
+        text = str(last.get("content", "")) if last else ""
+        return ModelReply(content=f"echo: {text}", usage=_usage(request, text), model="echo")
+
+
+class ScriptedModel:
+    """Plays a script of steps; see the module docstring."""
+
+    def __init__(self, steps: Sequence[Step], name: str = "scripted") -> None:
+        self.steps = list(steps)
+        self.name = name
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedModel:
+        """Load a script from a YAML list of steps."""
+        steps = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or []
+        if not isinstance(steps, list):
+            raise ValueError(f"{path}: a mock script must be a YAML list of steps")
+        return cls(steps, name=Path(path).stem)
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer with the step for this point of the conversation."""
+        index = sum(1 for m in request.messages if m.get("role") == "assistant")
+        if index >= len(self.steps):
+            return ModelReply(content="(the script has no more steps)", model=self.name)
+        step = self.steps[index]
+        if callable(step):
+            step = step(request.messages)
+        if isinstance(step, str):
+            step = {"text": step}
+        last = next((m for m in reversed(request.messages) if m.get("role") == "tool"), None)
+        text = str(step.get("text", "")).replace(
+            "{last_tool_result}", str(last.get("content", "")) if last else ""
+        )
+        calls = []
+        for i, call in enumerate(step.get("tool_calls") or []):
+            arguments = call.get("arguments")
+            if arguments is None:
+                arguments = json.dumps(call.get("args", {}))
+            calls.append(
+                {
+                    "id": call.get("id") or f"call_{index + 1}_{i + 1}",
+                    "name": call["name"],
+                    "arguments": arguments,
+                }
+            )
+        return ModelReply(
+            content=text, tool_calls=calls, usage=_usage(request, text), model=self.name
+        )
+
+
+def _usage(request: ModelRequest, text: str) -> dict[str, int]:
+    seen = sum(len(str(m.get("content", ""))) for m in request.messages) + len(request.system)
+    return {"input_tokens": seen // 4 + 1, "output_tokens": len(text) // 4 + 1}

@@ -1,0 +1,118 @@
+"""JSON Schemas for tool input: derived from pydantic models, checked, and used to validate.
+
+The schema a tool declares (a pydantic model or a JSON Schema dict) becomes the JSON Schema the
+model sees. It is recorded once per run, so validating a model's arguments in the workflow only
+needs this module's pure functions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "check_schema", "input_schema", "validate_args"]
+
+MAX_DEPTH = 7
+"""Deepest nesting of objects and arrays the model providers accept."""
+
+
+def input_schema(input: Any) -> dict[str, Any]:
+    """Return the JSON Schema of a tool's `input` (a pydantic model class or a schema dict).
+
+    Raises:
+        TypeError: `input` is neither.
+    """
+    if input is None:
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+    if isinstance(input, dict):
+        return json.loads(json.dumps(input))
+    from pydantic import BaseModel
+
+    if isinstance(input, type) and issubclass(input, BaseModel):
+        schema = input.model_json_schema()
+        schema.pop("title", None)
+        return schema
+    raise TypeError(f"expected a pydantic model class or a JSON Schema dict, got {input!r}")
+
+
+def check_schema(schema: dict[str, Any]) -> list[str]:
+    """List what a provider would reject in `schema` (empty when it is fine)."""
+    problems: list[str] = []
+    if schema.get("type") != "object":
+        problems.append('the top level must be an object schema ("type": "object")')
+    try:
+        from jsonschema.validators import validator_for
+
+        validator_for(schema).check_schema(schema)
+    except Exception as err:  # jsonschema.SchemaError, or a broken $ref
+        problems.append(f"not a valid JSON Schema: {getattr(err, 'message', err)}")
+        return problems
+    defs = {**schema.get("$defs", {}), **schema.get("definitions", {})}
+    _walk(schema, defs, path="", depth=0, problems=problems, seen=())
+    return problems
+
+
+def _walk(
+    node: Any,
+    defs: dict[str, Any],
+    path: str,
+    depth: int,
+    problems: list[str],
+    seen: tuple[str, ...],
+) -> None:
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        if name in seen:
+            problems.append(f"{path or '<root>'}: recursive schema via {ref!r} is not allowed")
+            return
+        if name in defs:
+            _walk(defs[name], defs, path, depth, problems, (*seen, name))
+        return
+    nests = node.get("type") in ("object", "array") or "properties" in node or "items" in node
+    if nests:
+        depth += 1
+        if depth > MAX_DEPTH:
+            problems.append(
+                f"{path or '<root>'}: nested deeper than {MAX_DEPTH} levels "
+                "(flatten it, or take a JSON string and parse it in the handler)"
+            )
+            return
+    extra = node.get("additionalProperties")
+    if extra is True or extra == {}:
+        problems.append(
+            f"{path or '<root>'}: open-ended additionalProperties without a schema "
+            "(give the values a type, e.g. dict[str, str])"
+        )
+    for key, sub in (node.get("properties") or {}).items():
+        _walk(sub, defs, f"{path}.{key}" if path else key, depth, problems, seen)
+    if isinstance(extra, dict):
+        _walk(extra, defs, f"{path}[*]", depth, problems, seen)
+    items = node.get("items")
+    if isinstance(items, dict):
+        _walk(items, defs, f"{path}[]", depth, problems, seen)
+    for combinator in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for sub in node.get(combinator) or []:
+            _walk(sub, defs, path, depth, problems, seen)
+
+
+def validate_args(schema: dict[str, Any], args: Any) -> str | None:
+    """Validate `args` against `schema`; return a short message, or `None` when valid.
+
+    Pure and deterministic, so the workflow calls it directly.
+    """
+    from jsonschema.validators import validator_for
+
+    validator = validator_for(schema)(schema)
+    errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    parts = []
+    for err in errors[:5]:
+        where = ".".join(str(p) for p in err.absolute_path)
+        parts.append(f"{where}: {err.message}" if where else err.message)
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    text = "; ".join(parts) + more
+    return text if len(text) <= 2000 else text[:2000] + "…"

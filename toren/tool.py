@@ -1,0 +1,284 @@
+"""Tools: `define_tool`, the `Tool` it returns, and the `ToolContext` a handler receives.
+
+Every field of `define_tool` is part of the tool's durability contract:
+
+```python
+from pydantic import BaseModel
+from toren import define_tool
+
+class Refund(BaseModel):
+    order_id: str
+    amount: float
+
+tool = define_tool(
+    description="Refund an order.",
+    input=Refund,
+    effects="external",          # what the outside world sees
+    idempotency="keyed",         # ctx.idempotency_key is the same on every attempt
+    approval=lambda a: a.amount > 100,
+    timeout_ms=30_000,           # slower calls return an error result to the model
+    max_attempts=2,              # a call whose worker died twice fails closed
+    handler=lambda args, ctx: payments.refund(args, key=ctx.idempotency_key),
+)
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, overload
+
+from toren.errors import ConfigError
+from toren.schema import check_schema, input_schema
+
+__all__ = ["Approval", "Effects", "Idempotency", "Tool", "ToolContext", "define_tool"]
+
+Effects = Literal["none", "sandbox", "external"]
+Idempotency = Literal["keyed", "none"]
+Approval = Literal["never", "always"] | Callable[[Any], bool]
+Handler = Callable[[Any, "ToolContext"], Any | Awaitable[Any]]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_EFFECTS = ("none", "sandbox", "external")
+_IDEMPOTENCY = ("keyed", "none")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a handler may use besides its arguments.
+
+    Handlers read configuration from `env` only, never from `os.environ`: it holds exactly the
+    names the agent declared in agent.yaml.
+    """
+
+    env: Mapping[str, str]
+    """The agent's declared env values, read from the worker's environment at start."""
+    idempotency_key: str
+    """`<workflow id>:<step>:<tool-use id>`; identical on every attempt of one call."""
+    run_id: str
+    """The run's workflow id."""
+    call_id: str
+    """The model's tool-use id of this call."""
+    agent: str
+    """The agent's name."""
+    tool: str
+    """This tool's name."""
+    attempt: int = 1
+    """Which attempt of this call this is (1 on the first; more after a worker died)."""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """The run's invocation `arguments` (read-only)."""
+
+
+@dataclass
+class Tool:
+    """A tool as declared by `define_tool`; see the module docstring for the contract."""
+
+    name: str | None
+    """Tool name the model sees; `None` until discovery gives it the file's stem."""
+    description: str
+    """What the tool does, for the model."""
+    handler: Handler
+    """`handler(args, ctx) -> str` (sync or async); dicts and lists are JSON-encoded."""
+    input: Any = None
+    """A pydantic model class, a JSON Schema dict, or `None` for no arguments."""
+    effects: Effects = "none"
+    """`none` (pure lookup), `sandbox` (recoverable writes) or `external` (the world sees it)."""
+    idempotency: Idempotency = "keyed"
+    """`keyed`: a stable `ctx.idempotency_key` per call; `none`: duplicates are harmless."""
+    approval: Approval = "never"
+    """`never`, `always`, or a predicate over the validated args."""
+    timeout_ms: int | None = None
+    """A call running longer returns `tool X timed out after Nms` to the model."""
+    max_attempts: int | None = None
+    """Starts of one call (after worker deaths) before it fails closed; `None`: at-least-once."""
+    approval_timeout_s: float | None = None
+    """Seconds a gated call waits for a decision before it is denied; `None`: forever."""
+    schema: dict[str, Any] = field(default_factory=dict)
+    """The JSON Schema the model sees, derived from `input`."""
+    source: str | None = None
+    """The file the tool was loaded from, for error messages."""
+
+    @property
+    def approval_kind(self) -> Literal["never", "always", "predicate"]:
+        """How the call is gated: `never`, `always` or `predicate`."""
+        if callable(self.approval):
+            return "predicate"
+        return self.approval
+
+    def parse_args(self, args: Mapping[str, Any]) -> Any:
+        """Turn JSON args into what the handler takes: a model instance, or a dict with defaults."""
+        from pydantic import BaseModel
+
+        if isinstance(self.input, type) and issubclass(self.input, BaseModel):
+            return self.input.model_validate(dict(args))
+        return _apply_defaults(self.schema, dict(args))
+
+    def needs_approval(self, args: Mapping[str, Any]) -> bool:
+        """Evaluate the approval policy on `args` (JSON); a predicate sees the parsed args."""
+        if callable(self.approval):
+            return bool(self.approval(self.parse_args(args)))
+        return self.approval == "always"
+
+    async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Run the handler on `args` and encode its result as the string the model sees."""
+        parsed = self.parse_args(args)
+        if inspect.iscoroutinefunction(self.handler):
+            result = await self.handler(parsed, ctx)
+        else:
+            # A sync handler runs in a thread so it cannot stall heartbeats or other calls.
+            result = await asyncio.to_thread(self.handler, parsed, ctx)
+            if inspect.isawaitable(result):
+                result = await result
+        return encode_result(result)
+
+
+def encode_result(result: Any) -> str:
+    """Encode a handler's return value: strings as they are, everything else as JSON."""
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    from pydantic import BaseModel
+
+    if isinstance(result, BaseModel):
+        return result.model_dump_json()
+    return json.dumps(result, default=str, ensure_ascii=False)
+
+
+def _apply_defaults(schema: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    for key, prop in (schema.get("properties") or {}).items():
+        if key not in args and isinstance(prop, dict) and "default" in prop:
+            args[key] = json.loads(json.dumps(prop["default"]))
+    return args
+
+
+@overload
+def define_tool(
+    *,
+    description: str,
+    handler: Handler,
+    name: str | None = None,
+    input: Any = None,
+    effects: Effects = "none",
+    idempotency: Idempotency = "keyed",
+    approval: Approval = "never",
+    timeout_ms: int | None = None,
+    max_attempts: int | None = None,
+    approval_timeout_s: float | None = None,
+) -> Tool: ...
+
+
+@overload
+def define_tool(
+    *,
+    description: str,
+    handler: None = None,
+    name: str | None = None,
+    input: Any = None,
+    effects: Effects = "none",
+    idempotency: Idempotency = "keyed",
+    approval: Approval = "never",
+    timeout_ms: int | None = None,
+    max_attempts: int | None = None,
+    approval_timeout_s: float | None = None,
+) -> Callable[[Handler], Tool]: ...
+
+
+def define_tool(
+    *,
+    description: str,
+    handler: Handler | None = None,
+    name: str | None = None,
+    input: Any = None,
+    effects: Effects = "none",
+    idempotency: Idempotency = "keyed",
+    approval: Approval = "never",
+    timeout_ms: int | None = None,
+    max_attempts: int | None = None,
+    approval_timeout_s: float | None = None,
+) -> Tool | Callable[[Handler], Tool]:
+    """Declare a tool and its durability contract.
+
+    Use it as `tool = define_tool(..., handler=fn)` or as a decorator
+    `@define_tool(description=...)` over the handler. The name defaults to the file's stem.
+
+    Raises:
+        ConfigError: a field has a wrong value; names the tool and every bad field.
+    """
+
+    def build(fn: Handler) -> Tool:
+        tool = Tool(
+            name=name,
+            description=description,
+            handler=fn,
+            input=input,
+            effects=effects,
+            idempotency=idempotency,
+            approval=approval,
+            timeout_ms=timeout_ms,
+            max_attempts=max_attempts,
+            approval_timeout_s=approval_timeout_s,
+        )
+        tool.source = _caller_file()
+        _check(tool)
+        return tool
+
+    if handler is None:
+        return build
+    return build(handler)
+
+
+def _caller_file() -> str | None:
+    for frame in inspect.stack()[2:6]:
+        if frame.filename != __file__:
+            return frame.filename
+    return None
+
+
+def _check(tool: Tool) -> None:
+    label = f"tool {tool.name!r}" if tool.name else "tool"
+    if tool.source:
+        label += f" ({tool.source})"
+    problems: list[str] = []
+    if tool.name is not None and not _NAME.match(tool.name):
+        problems.append(f"{label}: name {tool.name!r} must be snake_case ([a-z][a-z0-9_]*)")
+    if not isinstance(tool.description, str) or not tool.description.strip():
+        problems.append(f"{label}: description must be a non-empty string")
+    if not callable(tool.handler):
+        problems.append(f"{label}: handler must be a function handler(args, ctx)")
+    if tool.effects not in _EFFECTS:
+        problems.append(f"{label}: effects must be one of {_EFFECTS}, got {tool.effects!r}")
+    if tool.idempotency not in _IDEMPOTENCY:
+        problems.append(
+            f"{label}: idempotency must be one of {_IDEMPOTENCY}, got {tool.idempotency!r}"
+        )
+    if not callable(tool.approval) and tool.approval not in ("never", "always"):
+        problems.append(
+            f"{label}: approval must be 'never', 'always' or a predicate, got {tool.approval!r}"
+        )
+    for key in ("timeout_ms", "max_attempts"):
+        value = getattr(tool, key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            problems.append(f"{label}: {key} must be a positive integer, got {value!r}")
+    if tool.approval_timeout_s is not None and (
+        not isinstance(tool.approval_timeout_s, int | float) or tool.approval_timeout_s <= 0
+    ):
+        problems.append(
+            f"{label}: approval_timeout_s must be a positive number, "
+            f"got {tool.approval_timeout_s!r}"
+        )
+    try:
+        tool.schema = input_schema(tool.input)
+    except TypeError as err:
+        problems.append(f"{label}: input: {err}")
+    else:
+        problems += [f"{label}: input: {p}" for p in check_schema(tool.schema)]
+    if problems:
+        raise ConfigError(problems)

@@ -1,0 +1,132 @@
+"""The transcript reference: how `call_model` gets the conversation without it entering history.
+
+The workflow keeps the transcript (append-only) and a chained digest over it. It passes
+`call_model` only a reference: run, message count, digest, and the few messages only it knows.
+Each worker keeps a cache of transcripts, fed by its own `call_model` results and tool results;
+on a miss (another worker ran the previous step, or this worker restarted) the activity asks the
+workflow with the `transcript` query. So each message is in history once, as the result of the
+activity that produced it, and history grows linearly with the conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EMPTY_DIGEST", "TranscriptCache", "chain", "digest_of", "tool_message"]
+
+Message = dict[str, Any]
+
+EMPTY_DIGEST = hashlib.sha256(b"toren-transcript").hexdigest()
+
+
+def chain(digest: str, message: Message) -> str:
+    """The digest of a transcript after appending `message` to one whose digest is `digest`."""
+    data = json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256((digest + data).encode()).hexdigest()
+
+
+def digest_of(messages: list[Message]) -> str:
+    """The chained digest of a whole transcript."""
+    digest = EMPTY_DIGEST
+    for message in messages:
+        digest = chain(digest, message)
+    return digest
+
+
+def tool_message(call_id: str, tool: str, content: str, is_error: bool) -> Message:
+    """The transcript message for a tool's result (built the same way on both sides)."""
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "name": tool,
+        "content": content,
+        "is_error": is_error,
+    }
+
+
+@dataclass
+class _Entry:
+    messages: list[Message] = field(default_factory=list)
+    digests: list[str] = field(default_factory=lambda: [EMPTY_DIGEST])
+    tool_results: dict[str, Message] = field(default_factory=dict)
+
+
+class TranscriptCache:
+    """A per-worker cache of run transcripts (least recently used runs are dropped)."""
+
+    def __init__(self, max_runs: int = 1000) -> None:
+        self._runs: OrderedDict[str, _Entry] = OrderedDict()
+        self._max_runs = max_runs
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def _entry(self, run_key: str) -> _Entry:
+        entry = self._runs.get(run_key)
+        if entry is None:
+            entry = self._runs[run_key] = _Entry()
+            while len(self._runs) > self._max_runs:
+                self._runs.popitem(last=False)
+        else:
+            self._runs.move_to_end(run_key)
+        return entry
+
+    def put_tool_result(self, run_key: str, call_id: str, message: Message) -> None:
+        """Remember a tool activity's result message until the next model call takes it."""
+        with self._lock:
+            self._entry(run_key).tool_results[call_id] = message
+
+    def resolve(
+        self, run_key: str, count: int, digest: str, since: int, tail: list[dict[str, Any]]
+    ) -> list[Message] | None:
+        """The transcript's first `count` messages if this worker can rebuild them, else `None`."""
+        with self._lock:
+            entry = self._runs.get(run_key)
+            if entry is None or len(entry.messages) < since:
+                self.misses += 1
+                return None
+            messages = entry.messages[:since]
+            running = entry.digests[since]
+            for item in tail:
+                if "message" in item:
+                    message = item["message"]
+                else:
+                    found = entry.tool_results.get(item.get("call_id", ""))
+                    if found is None:
+                        self.misses += 1
+                        return None
+                    message = found
+                messages.append(message)
+                running = chain(running, message)
+            if len(messages) != count or running != digest:
+                self.misses += 1
+                return None
+            self.hits += 1
+            return messages
+
+    def store(self, run_key: str, messages: list[Message]) -> None:
+        """Record `messages` as the run's transcript (after a model call appended its answer)."""
+        with self._lock:
+            entry = self._entry(run_key)
+            keep = 0
+            while (
+                keep < len(entry.messages)
+                and keep < len(messages)
+                and entry.messages[keep] is messages[keep]
+            ):
+                keep += 1
+            entry.messages = list(messages)
+            del entry.digests[keep + 1 :]
+            for message in messages[keep:]:
+                entry.digests.append(chain(entry.digests[-1], message))
+            entry.tool_results.clear()
+
+    def forget(self, run_key: str) -> None:
+        """Drop a finished run's transcript."""
+        with self._lock:
+            self._runs.pop(run_key, None)

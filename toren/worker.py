@@ -1,0 +1,117 @@
+"""Workers that serve agent folders: one Temporal worker per task queue.
+
+```python
+await run_worker(["examples/support"])            # until SIGINT/SIGTERM
+
+async with serve(client, ["examples/support"]):   # in tests and embedding code
+    ...
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from toren.activities.runtime import AgentRuntime
+from toren.agent import Agent
+from toren.errors import RunError
+from toren.models.base import ModelProvider
+from toren.plugin import workflow_runner
+from toren.workflows import AgentRun
+
+__all__ = ["build_workers", "run_worker", "serve"]
+
+log = logging.getLogger("toren")
+
+GRACEFUL_SHUTDOWN = timedelta(seconds=30)
+"""How long in-flight calls may finish after SIGTERM before they are handed back to Temporal."""
+
+
+def build_workers(
+    client: Client,
+    runtime: AgentRuntime,
+    graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
+) -> list[Worker]:
+    """One worker per task queue of `runtime`'s agents."""
+    return [
+        Worker(
+            client,
+            task_queue=queue,
+            workflows=[AgentRun],
+            activities=runtime.activities(agents),
+            workflow_runner=workflow_runner(),
+            workflow_failure_exception_types=[RunError],
+            graceful_shutdown_timeout=graceful_shutdown_timeout,
+        )
+        for queue, agents in runtime.task_queues().items()
+    ]
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    client: Client,
+    folders: Sequence[str | Path | Agent],
+    *,
+    environ: Mapping[str, str] | None = None,
+    models: Mapping[str, ModelProvider] | None = None,
+    model_override: str | None = None,
+    graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
+) -> AsyncIterator[AgentRuntime]:
+    """Run workers for `folders` while the block runs; yields the runtime."""
+    runtime = AgentRuntime.load(
+        folders, os.environ if environ is None else environ, models, model_override
+    )
+    workers = build_workers(client, runtime, graceful_shutdown_timeout)
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        yield runtime
+
+
+async def run_worker(
+    folders: Sequence[str | Path],
+    *,
+    client: Client | None = None,
+    model_override: str | None = None,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Serve `folders` until SIGINT or SIGTERM, then shut down gracefully."""
+    from toren.connect import connect
+
+    runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
+    client = client or await connect()
+    workers = build_workers(client, runtime)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    for name, loaded in runtime.agents.items():
+        log.info(
+            "serving agent %r on task queue %r with model %s and tools: %s",
+            name,
+            loaded.agent.task_queue,
+            loaded.model,
+            ", ".join(loaded.agent.tools) or "none",
+        )
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    if ready:
+        ready.set()
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task is not stopper and task.exception():
+            raise task.exception()  # type: ignore[misc]
+    log.info("shutting down: in-flight calls get %s to finish", GRACEFUL_SHUTDOWN)
+    await asyncio.gather(*(w.shutdown() for w in workers))
+    stopper.cancel()

@@ -1,0 +1,362 @@
+"""The `AgentRun` workflow: the agent loop, tool-call policy, approvals and budgets.
+
+Model call → zero or more tool calls (one turn's calls run concurrently) → back to the model,
+until a final answer or a budget ends the run. Everything that can differ between executions
+runs in an activity; this module imports no user code, no HTTP client and no model SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from toren.errors import RunError
+    from toren.schema import validate_args
+    from toren.transcript import EMPTY_DIGEST, chain, tool_message
+    from toren.workflows import approvals
+    from toren.workflows.types import (
+        AgentSpec,
+        ApprovalCheck,
+        Decision,
+        ModelCallInput,
+        ModelCallResult,
+        PendingApproval,
+        RunInput,
+        RunResult,
+        ToolCallInput,
+        ToolCallResult,
+        ToolSpec,
+    )
+
+__all__ = ["AgentRun"]
+
+Message = dict[str, Any]
+
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+"""A worker that stops heartbeating this long is taken as dead and the call is retried."""
+DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
+"""Start-to-close for a tool without `timeout_ms` (heartbeats catch a dead worker sooner)."""
+MODEL_TIMEOUT = timedelta(minutes=5)
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=10,
+)
+
+
+@workflow.defn(name="AgentRun")
+class AgentRun:
+    """One run of an agent. Start it by name with `{"agent": ..., "prompt": ...}`."""
+
+    def __init__(self) -> None:
+        self._spec: AgentSpec | None = None
+        self._messages: list[Message] = []
+        self._digest = EMPTY_DIGEST
+        self._since = 0
+        self._tail: list[dict[str, Any]] = []
+        self._step = 0
+        self._tool_calls = 0
+        self._usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
+        self._call_ids: set[str] = set()
+        self._arguments: dict[str, Any] = {}
+        self._approvals = approvals.Approvals()
+
+    # -- the run --------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: RunInput) -> RunResult:
+        """Run the agent loop to a final answer, or fail with a `RunError` on a budget."""
+        self._arguments = dict(input.arguments or {})
+        self._spec = await workflow.execute_local_activity(
+            "toren.agent_spec",
+            input.agent,
+            result_type=AgentSpec,
+            start_to_close_timeout=timedelta(seconds=30),
+            summary=f"load spec of {input.agent}",
+        )
+        for message in input.messages or []:
+            self._append(message, {"input": True})
+        self._append({"role": "user", "content": input.prompt}, {"input": True})
+        self._approvals.publish()
+        if self._spec.max_wall_clock_min is None:
+            return await self._loop()
+        return await self._with_wall_clock(self._spec.max_wall_clock_min)
+
+    async def _with_wall_clock(self, minutes: float) -> RunResult:
+        loop = asyncio.ensure_future(self._loop())
+        timer = asyncio.ensure_future(workflow.sleep(timedelta(minutes=minutes)))
+        await workflow.wait([loop, timer], return_when=asyncio.FIRST_COMPLETED)
+        if loop.done():
+            timer.cancel()
+            return loop.result()
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CancelledError, ActivityError):
+            await loop
+        raise RunError(
+            f"run exceeded maxWallClockMin={minutes:g} after {self._step} steps",
+            kind="BudgetExceeded",
+        )
+
+    async def _loop(self) -> RunResult:
+        spec = self._require_spec()
+        while True:
+            if self._step >= spec.max_steps:
+                raise RunError(
+                    f"run exceeded maxStepsPerTask={spec.max_steps} without a final answer",
+                    kind="BudgetExceeded",
+                )
+            self._step += 1
+            reply = await self._call_model()
+            calls = reply.message.get("tool_calls") or []
+            if not calls:
+                return RunResult(
+                    text=str(reply.message.get("content") or ""),
+                    steps=self._step,
+                    tool_calls=self._tool_calls,
+                    usage=dict(self._usage),
+                )
+            results = await asyncio.gather(*(self._run_call(c) for c in calls))
+            for message, ref in results:
+                self._append(message, ref)
+
+    async def _call_model(self) -> ModelCallResult:
+        spec = self._require_spec()
+        info = workflow.info()
+        try:
+            reply = await workflow.execute_activity(
+                "toren.call_model",
+                ModelCallInput(
+                    agent=spec.name,
+                    run_key=f"{info.workflow_id}/{info.run_id}",
+                    count=len(self._messages),
+                    digest=self._digest,
+                    since=self._since,
+                    tail=self._tail,
+                    step=self._step,
+                    model=spec.model,
+                ),
+                result_type=ModelCallResult,
+                start_to_close_timeout=MODEL_TIMEOUT,
+                retry_policy=MODEL_RETRY,
+                summary=f"model step {self._step} ({spec.model})",
+            )
+        except ActivityError as err:
+            cause = err.cause
+            detail = str(cause) if cause else str(err)
+            raise RunError(
+                f"model call failed at step {self._step}: {detail}", kind="ModelCallFailed"
+            ) from None
+        for key in ("input_tokens", "output_tokens"):
+            self._usage[key] += int(reply.usage.get(key, 0))
+        self._messages.append(reply.message)
+        self._digest = chain(self._digest, reply.message)
+        self._since = len(self._messages)
+        self._tail = []
+        return reply
+
+    def _append(self, message: Message, ref: dict[str, Any]) -> None:
+        self._messages.append(message)
+        self._digest = chain(self._digest, message)
+        self._tail.append(ref)
+
+    # -- one tool call --------------------------------------------------------------------
+
+    async def _run_call(self, call: dict[str, Any]) -> tuple[Message, dict[str, Any]]:
+        """Run one tool call under its contract; return its result message and how to cite it."""
+        spec = self._require_spec()
+        name = str(call.get("name", ""))
+        use_id = str(call.get("id") or f"call_{self._step}")
+        call_id = use_id if use_id not in self._call_ids else f"{use_id}-{self._step}"
+        self._call_ids.add(call_id)
+        self._tool_calls += 1
+
+        def error(text: str) -> tuple[Message, dict[str, Any]]:
+            message = tool_message(use_id, name, text, True)
+            return message, {"message": message}
+
+        tool = next((t for t in spec.tools if t.name == name), None)
+        if tool is None:
+            return error(f"unknown tool: {name}")
+        args, problem = _parse_args(call.get("arguments"))
+        if problem is None:
+            problem = validate_args(tool.schema, args)
+        if problem is not None:
+            return error(f"invalid arguments for {name}: {problem}")
+
+        gate = await self._check_gate(tool, call_id, args)
+        if gate.error is not None:
+            return error(f"invalid arguments for {name}: {gate.error}")
+        if gate.gated:
+            decision = await self._await_decision(tool, call_id, args, gate.reason)
+            if not decision.approved:
+                comment = f": {decision.comment}" if decision.comment else ""
+                return error(f"denied by {decision.by}{comment}")
+
+        result = await self._execute_tool(tool, call_id, use_id, args)
+        message = tool_message(use_id, name, result.content, result.is_error)
+        return message, {"call_id": use_id}
+
+    async def _check_gate(
+        self, tool: ToolSpec, call_id: str, args: dict[str, Any]
+    ) -> ApprovalCheck:
+        if tool.approval == "never":
+            return ApprovalCheck(gated=False, call_id=call_id, tool=tool.name)
+        # Also for `always`: the recorded result is the ApprovalRequested entry of the event log.
+        spec = self._require_spec()
+        return await workflow.execute_local_activity(
+            "toren.check_approval",
+            args=[spec.name, tool.name, call_id, args],
+            result_type=ApprovalCheck,
+            start_to_close_timeout=timedelta(seconds=30),
+            summary=f"approval policy of {tool.name}",
+        )
+
+    async def _await_decision(
+        self, tool: ToolSpec, call_id: str, args: dict[str, Any], reason: str
+    ) -> Decision:
+        spec = self._require_spec()
+        timeout_s = tool.approval_timeout_s or spec.approval_timeout_s
+        now = workflow.now()
+        pending = PendingApproval(
+            call_id=call_id,
+            tool=tool.name,
+            args=args,
+            requested_at=now.isoformat(),
+            reason=reason,
+            step=self._step,
+            expires_at=(now + timedelta(seconds=timeout_s)).isoformat() if timeout_s else None,
+        )
+        self._approvals.request(pending)
+        try:
+            await workflow.wait_condition(
+                lambda: self._approvals.decided(call_id),
+                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+                timeout_summary=f"approval of {tool.name} expires",
+            )
+        except TimeoutError:
+            self._approvals.expire(call_id, timeout_s or 0.0)
+        return self._approvals.take(call_id)
+
+    async def _execute_tool(
+        self, tool: ToolSpec, call_id: str, use_id: str, args: dict[str, Any]
+    ) -> ToolCallResult:
+        spec = self._require_spec()
+        info = workflow.info()
+        max_attempts = tool.max_attempts or spec.max_attempts
+        if tool.timeout_ms:
+            # Above the handler's own race, so the handler's timeout result wins.
+            close = timedelta(milliseconds=tool.timeout_ms) + max(
+                timedelta(seconds=5), timedelta(milliseconds=tool.timeout_ms) / 10
+            )
+        else:
+            close = DEFAULT_TOOL_TIMEOUT
+        try:
+            return await workflow.execute_activity(
+                f"{spec.name}.{tool.name}",
+                ToolCallInput(
+                    run_key=f"{info.workflow_id}/{info.run_id}",
+                    call_id=use_id,
+                    tool=tool.name,
+                    args=args,
+                    idempotency_key=f"{info.workflow_id}:{self._step}:{use_id}",
+                    step=self._step,
+                    arguments=self._arguments or None,
+                ),
+                result_type=ToolCallResult,
+                start_to_close_timeout=close,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_attempts=max_attempts or 0,
+                ),
+                summary=_summary(tool.name, args),
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            if max_attempts:
+                return ToolCallResult(
+                    f"tool {tool.name} failed closed after {max_attempts} attempts", True
+                )
+            return ToolCallResult(f"tool {tool.name} failed: {err.cause or err}", True)
+
+    # -- approvals: signals, update, queries -----------------------------------------------
+
+    @workflow.signal(description=approvals.APPROVE_HELP)
+    def approve(self, *payload: Any) -> None:
+        """Approve a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""
+        self._approvals.on_signal("approve", payload)
+
+    @workflow.signal(description=approvals.DENY_HELP)
+    def deny(self, *payload: Any) -> None:
+        """Deny a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""
+        self._approvals.on_signal("deny", payload)
+
+    @workflow.update(description=approvals.DECIDE_HELP)
+    def decide(self, request: dict[str, Any]) -> Decision:
+        """Approve or deny a waiting call and get the recorded decision back."""
+        return self._approvals.on_update(request)
+
+    @decide.validator
+    def _validate_decide(self, request: dict[str, Any]) -> None:
+        self._approvals.validate_update(request)
+
+    @workflow.query(description="Calls waiting for a decision: call_id, tool, args, since when.")
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The calls waiting for a person."""
+        return self._approvals.pending_list()
+
+    @workflow.query(description="Approval signals refused (malformed, unknown call, decided).")
+    def refused_signals(self) -> list[dict[str, Any]]:
+        """Every refused approval signal, with why."""
+        return list(self._approvals.refused)
+
+    @workflow.query(description="The transcript from index `start` (used by toren.call_model).")
+    def transcript(self, start: int = 0, end: int | None = None) -> list[Message]:
+        """The conversation so far, or a slice of it."""
+        return self._messages[start:end]
+
+    @workflow.query(description="Step, tool calls and token usage so far.")
+    def progress(self) -> dict[str, Any]:
+        """How far the run is."""
+        return {
+            "step": self._step,
+            "tool_calls": self._tool_calls,
+            "usage": dict(self._usage),
+            "pending": len(self._approvals.pending),
+        }
+
+    def _require_spec(self) -> AgentSpec:
+        if self._spec is None:
+            raise ApplicationError("agent spec not loaded", non_retryable=True)
+        return self._spec
+
+
+def _parse_args(raw: Any) -> tuple[dict[str, Any], str | None]:
+    if raw is None or raw == "":
+        return {}, None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as err:
+            return {}, f"not valid JSON: {err}"
+    if not isinstance(raw, dict):
+        return {}, f"expected a JSON object, got {type(raw).__name__}"
+    return raw, None
+
+
+def _summary(tool: str, args: dict[str, Any]) -> str:
+    text = json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
+    inner = text[1:-1] if text.startswith("{") else text
+    if len(inner) > 160:
+        inner = inner[:157] + "…"
+    return f"{tool}({inner})"

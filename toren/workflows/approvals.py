@@ -1,0 +1,203 @@
+"""Approval bookkeeping inside `AgentRun`: pending calls, decisions, refused signals, details.
+
+Pure workflow-side code. Signal handlers never raise: a payload that is empty, not a JSON
+object, names no pending call, or decides a call twice is refused, recorded and logged, and the
+run goes on waiting. A refusal is the safe answer: `{}` never approves the only pending call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio import workflow
+
+from toren.workflows.types import Decision, PendingApproval
+
+__all__ = ["APPROVE_HELP", "DECIDE_HELP", "DENY_HELP", "Approvals"]
+
+APPROVE_HELP = (
+    'Approve a waiting tool call. Data: {"call_id": "<id from pending_approvals>", '
+    '"by": "<your name>", "comment": "<optional>"}'
+)
+DENY_HELP = (
+    'Deny a waiting tool call; the model is told why. Data: {"call_id": "<id>", '
+    '"by": "<your name>", "comment": "<reason>"}'
+)
+DECIDE_HELP = (
+    'Approve or deny a waiting call and get the decision back. Data: {"call_id": "<id>", '
+    '"approve": true, "by": "<your name>", "comment": "<optional>"}'
+)
+
+
+class Approvals:
+    """Pending approvals, decisions and refusals of one run."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, PendingApproval] = {}
+        self.decisions: dict[str, Decision] = {}
+        self.refused: list[dict[str, Any]] = []
+
+    # -- the workflow's side ---------------------------------------------------------------
+
+    def request(self, pending: PendingApproval) -> None:
+        """Record `pending` as waiting and tell the Web UI."""
+        self.pending[pending.call_id] = pending
+        workflow.logger.info("tool call %s (%s) waits for approval", pending.call_id, pending.tool)
+        self.publish()
+
+    def decided(self, call_id: str) -> bool:
+        """Whether `call_id` has a decision."""
+        return call_id in self.decisions
+
+    def expire(self, call_id: str, after_s: float) -> None:
+        """Deny `call_id` because nobody decided within `after_s` seconds."""
+        if call_id in self.decisions:
+            return
+        self.decisions[call_id] = Decision(
+            call_id=call_id,
+            approved=False,
+            by="toren",
+            comment=f"approval expired after {_duration(after_s)}",
+            at=workflow.now().isoformat(),
+            via="expiry",
+        )
+
+    def take(self, call_id: str) -> Decision:
+        """The decision on `call_id`; the call stops being pending."""
+        self.pending.pop(call_id, None)
+        self.publish()
+        return self.decisions[call_id]
+
+    def pending_list(self) -> list[PendingApproval]:
+        """Pending calls in the order they were requested."""
+        return list(self.pending.values())
+
+    # -- signals and the update --------------------------------------------------------------
+
+    def on_signal(self, kind: str, payload: tuple[Any, ...]) -> None:
+        """Handle an `approve`/`deny` signal; refuse and record anything malformed."""
+        if len(payload) != 1:
+            what = "an empty payload" if not payload else f"{len(payload)} values"
+            self._refuse(kind, payload, f"expected one JSON object, got {what}")
+            return
+        body = payload[0]
+        problem = self._problem(body)
+        if problem is not None:
+            self._refuse(kind, body, problem)
+            return
+        self._record(body, approved=kind == "approve", via="signal")
+
+    def validate_update(self, request: Any) -> None:
+        """Reject a `decide` update synchronously (raises) when it cannot be applied."""
+        problem = self._problem(request)
+        if problem is None and not isinstance(request.get("approve"), bool):
+            problem = 'field "approve" must be true or false'
+        if problem is not None:
+            raise ValueError(problem)
+
+    def on_update(self, request: dict[str, Any]) -> Decision:
+        """Apply an accepted `decide` update."""
+        return self._record(request, approved=bool(request["approve"]), via="update")
+
+    def _problem(self, body: Any) -> str | None:
+        if not isinstance(body, dict):
+            return f"expected a JSON object, got {_json_type(body)}"
+        call_id = body.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            waiting = ", ".join(self.pending) or "none"
+            return f'missing "call_id" (waiting: {waiting})'
+        if call_id in self.decisions:
+            return f"call {call_id!r} was already decided"
+        if call_id not in self.pending:
+            waiting = ", ".join(self.pending) or "none"
+            return f"unknown call_id {call_id!r} (waiting: {waiting})"
+        for key in ("by", "comment"):
+            if body.get(key) is not None and not isinstance(body[key], str):
+                return f'"{key}" must be a string'
+        return None
+
+    def _record(self, body: dict[str, Any], approved: bool, via: str) -> Decision:
+        decision = Decision(
+            call_id=body["call_id"],
+            approved=approved,
+            by=str(body.get("by") or "unknown"),
+            comment=str(body.get("comment") or ""),
+            at=workflow.now().isoformat(),
+            via=via,
+        )
+        self.decisions[decision.call_id] = decision
+        workflow.logger.info(
+            "call %s %s by %s", decision.call_id, "approved" if approved else "denied", decision.by
+        )
+        return decision
+
+    def _refuse(self, kind: str, payload: Any, reason: str) -> None:
+        try:
+            shown = json.dumps(payload, default=repr)
+        except (TypeError, ValueError):
+            shown = repr(payload)
+        if len(shown) > 500:
+            shown = shown[:500] + "…"
+        self.refused.append(
+            {"signal": kind, "payload": shown, "reason": reason, "at": workflow.now().isoformat()}
+        )
+        workflow.logger.warning("refused %s signal: %s (payload %s)", kind, reason, shown)
+        self.publish()
+
+    # -- what the Web UI shows -------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Set the run's current details (Markdown, shown in the Web UI) to what is waiting."""
+        workflow.set_current_details(self.details())
+
+    def details(self) -> str:
+        """Markdown telling a person what waits and exactly what to paste to decide it."""
+        if not self.pending:
+            text = "No tool call is waiting for approval."
+        else:
+            parts = [f"## {len(self.pending)} tool call(s) waiting for approval"]
+            for p in self.pending.values():
+                approve = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": ""})
+                deny = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": "why"})
+                until = p.expires_at or "no expiry (waits until decided)"
+                parts.append(
+                    f"### `{p.tool}` — call `{p.call_id}`\n"
+                    f"- **args:** `{json.dumps(p.args, ensure_ascii=False)[:1000]}`\n"
+                    f"- **why gated:** {p.reason}\n"
+                    f"- **waiting since:** {p.requested_at}\n"
+                    f"- **expires:** {until}\n\n"
+                    "To decide: **More Actions → Send a Signal**, choose `approve` or `deny`, "
+                    "paste into Data:\n\n"
+                    f"approve:\n```json\n{approve}\n```\n"
+                    f"deny:\n```json\n{deny}\n```"
+                )
+            text = "\n\n".join(parts)
+        if self.refused:
+            last = self.refused[-1]
+            text += f"\n\n_Last refused signal ({last['signal']}): {last['reason']}_"
+        return text
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86400 and seconds % 3600 == 0:
+        return f"{seconds / 86400:g}d"
+    if seconds >= 3600 and seconds % 60 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"

@@ -1,0 +1,173 @@
+"""The data that crosses the workflow boundary: run input and result, activity inputs and results.
+
+Plain dataclasses of JSON types, so a run can be started from any SDK or the `temporal` CLI with
+a plain JSON object, and so a history stays readable in the Web UI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "AgentSpec",
+    "ApprovalCheck",
+    "Decision",
+    "ModelCallInput",
+    "ModelCallResult",
+    "PendingApproval",
+    "RunInput",
+    "RunResult",
+    "ToolCallInput",
+    "ToolCallResult",
+    "ToolSpec",
+]
+
+Message = dict[str, Any]
+"""One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
+
+
+@dataclass
+class RunInput:
+    """Input of the `AgentRun` workflow. Never put secrets here: it is stored in history."""
+
+    agent: str
+    """The agent's name (agent.yaml `name`)."""
+    prompt: str
+    """The user's message that starts the run."""
+    arguments: dict[str, Any] | None = None
+    """Invocation arguments, readable by handlers as `ctx.arguments`."""
+    messages: list[Message] | None = None
+    """Prior conversation to continue from."""
+    attachments: list[str] | None = None
+    """Attachment ids (never bytes) the run may read."""
+
+
+@dataclass
+class RunResult:
+    """Result of the `AgentRun` workflow."""
+
+    text: str
+    """The model's final answer."""
+    steps: int
+    """Model turns taken."""
+    tool_calls: int
+    """Tool calls made (including refused and denied ones)."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Summed token usage: `input_tokens`, `output_tokens`."""
+
+
+@dataclass
+class ToolSpec:
+    """A tool's contract as recorded in history once per run."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    effects: str
+    idempotency: str
+    approval: str
+    """`never`, `always` or `predicate` (the predicate itself runs on the worker)."""
+    timeout_ms: int | None = None
+    max_attempts: int | None = None
+    approval_timeout_s: float | None = None
+
+
+@dataclass
+class AgentSpec:
+    """An agent's spec, recorded by a local activity at the start of each run."""
+
+    name: str
+    model: str
+    tools: list[ToolSpec]
+    max_steps: int = 50
+    max_attempts: int | None = None
+    max_wall_clock_min: float | None = None
+    approval_timeout_s: float | None = None
+    max_tokens: int = 4096
+
+
+@dataclass
+class ModelCallInput:
+    """Input of `toren.call_model`: a reference to the transcript, not the transcript."""
+
+    agent: str
+    run_key: str
+    """`<workflow id>/<run id>`: which run's transcript."""
+    count: int
+    """Messages in the transcript the model must see."""
+    digest: str
+    """Chained SHA-256 over those messages, to check a cached copy."""
+    since: int
+    """Index of the first message not produced by an earlier `call_model` of this worker."""
+    tail: list[dict[str, Any]]
+    """Messages from `since` on: `{"call_id": id}` for a tool activity's result (the worker has
+    it), or `{"message": {...}}` for a message the workflow made (only these are written here)."""
+    step: int
+    model: str
+
+
+@dataclass
+class ModelCallResult:
+    """Result of `toren.call_model`: the assistant message and token usage."""
+
+    message: Message
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+
+
+@dataclass
+class ToolCallInput:
+    """Input of a tool activity `<agent>.<tool>`."""
+
+    run_key: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    idempotency_key: str
+    step: int
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass
+class ToolCallResult:
+    """Result of a tool activity: the text the model sees, and whether it is an error."""
+
+    content: str
+    is_error: bool = False
+
+
+@dataclass
+class ApprovalCheck:
+    """Result of the `toren.check_approval` local activity."""
+
+    gated: bool
+    error: str | None = None
+    call_id: str = ""
+    tool: str = ""
+    reason: str = ""
+
+
+@dataclass
+class PendingApproval:
+    """A gated call waiting for a person (query `pending_approvals`)."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    requested_at: str
+    reason: str
+    step: int
+    expires_at: str | None = None
+
+
+@dataclass
+class Decision:
+    """A person's decision on a gated call."""
+
+    call_id: str
+    approved: bool
+    by: str
+    comment: str
+    at: str
+    via: str = "signal"
