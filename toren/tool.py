@@ -72,6 +72,8 @@ class ToolContext:
     """Which attempt of this call this is (1 on the first; more after a worker died)."""
     arguments: Mapping[str, Any] = field(default_factory=dict)
     """The run's invocation `arguments` (read-only)."""
+    attachments: tuple[str, ...] = ()
+    """Ids of the files attached to the run (`RunInput.attachments`)."""
 
 
 @dataclass

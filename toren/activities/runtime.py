@@ -262,6 +262,7 @@ async def _run_tool(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -> To
         tool=tool.name or "",
         attempt=info.attempt,
         arguments=dict(input.arguments or {}),
+        attachments=tuple(input.attachments or ()),
     )
     timeout = tool.timeout_ms / 1000 if tool.timeout_ms else None
     async with _heartbeating():

@@ -1,11 +1,12 @@
 """Built-in tools, declared by name in agent.yaml (`builtin_tools: [...]`, `sandbox: true`).
 
-Each built-in is an ordinary `Tool` with a contract; this module is their registry.
+Each built-in is an ordinary `Tool` with a contract and runs as an activity like any other.
+A module per built-in exposes `tools(config) -> list[Tool]`; this module is their registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,10 +17,17 @@ if TYPE_CHECKING:
 
 __all__ = ["BUILTINS", "builtin_env", "builtin_tools"]
 
-BuiltinFactory = Callable[["AgentConfig"], list[Tool]]
+BUILTINS: dict[str, tuple[str, list[str]]] = {
+    "web_search": ("toren.tools.web_search", ["TAVILY_API_KEY"]),
+    "sql_query": ("toren.tools.sql_query", ["SQL_DATABASE_URL"]),
+    "read_attachment": ("toren.tools.read_attachment", []),
+    "run_process": ("toren.tools.processes", []),
+    "check_run": ("toren.tools.processes", []),
+}
+"""Built-in name → (module with `tools(config, name)`, env names it requires)."""
 
-BUILTINS: dict[str, tuple[BuiltinFactory, list[str]]] = {}
-"""Built-in name → (factory building its tools for an agent, env names it requires)."""
+SANDBOX_MODULE = "toren.tools.sandbox"
+"""`sandbox: true` adds this module's `tools(config, "sandbox")`: bash plus the file tools."""
 
 _SANDBOX_ONLY = {"bash", "read_file", "write_file", "edit_file"}
 
@@ -34,6 +42,7 @@ def builtin_tools(config: AgentConfig, path: Path) -> tuple[list[Tool], list[str
     """Build the built-in tools `config` declares; return them and every problem found."""
     tools: list[Tool] = []
     problems: list[str] = []
+    wanted: list[tuple[str, str]] = []
     for name in config.builtin_tools:
         if name in _SANDBOX_ONLY:
             problems.append(
@@ -41,8 +50,20 @@ def builtin_tools(config: AgentConfig, path: Path) -> tuple[list[Tool], list[str
                 "which grants bash plus the workspace file tools together"
             )
         elif name not in BUILTINS:
-            known = ", ".join(sorted(BUILTINS)) or "none yet"
+            known = ", ".join(sorted(BUILTINS))
             problems.append(f"{path}: builtin_tools: unknown built-in {name!r} (known: {known})")
         else:
-            tools += BUILTINS[name][0](config)
+            wanted.append((name, BUILTINS[name][0]))
+    if config.sandbox:
+        wanted.append(("sandbox", SANDBOX_MODULE))
+    for name, module_name in wanted:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            problems.append(f"{path}: builtin_tools: {name!r} is not available here ({err})")
+            continue
+        try:
+            tools += module.tools(config, name)
+        except Exception as err:  # a bad option block names itself in the message
+            problems.append(f"{path}: {name}: {err}")
     return tools, problems

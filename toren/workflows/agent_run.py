@@ -68,6 +68,7 @@ class AgentRun:
         self._usage: dict[str, int] = {"input_tokens": 0, "output_tokens": 0}
         self._call_ids: set[str] = set()
         self._arguments: dict[str, Any] = {}
+        self._attachments: list[str] = []
         self._approvals = approvals.Approvals()
 
     # -- the run --------------------------------------------------------------------------
@@ -76,6 +77,7 @@ class AgentRun:
     async def run(self, input: RunInput) -> RunResult:
         """Run the agent loop to a final answer, or fail with a `RunError` on a budget."""
         self._arguments = dict(input.arguments or {})
+        self._attachments = list(input.attachments or [])
         self._spec = await workflow.execute_local_activity(
             "toren.agent_spec",
             input.agent,
@@ -270,6 +272,7 @@ class AgentRun:
                     idempotency_key=f"{info.workflow_id}:{self._step}:{use_id}",
                     step=self._step,
                     arguments=self._arguments or None,
+                    attachments=self._attachments or None,
                 ),
                 result_type=ToolCallResult,
                 start_to_close_timeout=close,

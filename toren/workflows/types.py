@@ -127,6 +127,7 @@ class ToolCallInput:
     idempotency_key: str
     step: int
     arguments: dict[str, Any] | None = None
+    attachments: list[str] | None = None
 
 
 @dataclass
