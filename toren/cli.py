@@ -1,0 +1,272 @@
+"""The `toren` command: run workers, start runs, decide approvals, read the event log.
+
+```
+toren worker examples/support               serve an agent (until Ctrl-C)
+toren run examples/support "Refund A-1001"  start a run and follow it live
+toren pending RUN                           calls waiting for a decision
+toren approve RUN CALL_ID --by alice        approve one (deny works the same)
+toren events RUN [--json]                   the run's history as an event log
+toren check examples/support                load, validate, print tools and schemas
+```
+
+Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from toren import client as toren_client
+from toren.agent import load_agent
+from toren.errors import ConfigError
+from toren.events import EventStream, format_event
+
+__all__ = ["main"]
+
+
+def _ui_url(run_id: str) -> str:
+    base = os.environ.get("TOREN_UI_URL", "http://localhost:8233")
+    namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
+    return f"{base}/namespaces/{namespace}/workflows/{run_id}"
+
+
+async def _connect() -> Client:
+    from toren.connect import connect
+
+    return await connect()
+
+
+def _default_by() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "cli"
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    from toren.worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("temporalio").setLevel(logging.WARNING)
+    await run_worker(args.agent_dir, model_override=args.model)
+    return 0
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    agent = load_agent(args.agent_dir)
+    client = await _connect()
+    arguments = dict(_parse_kv(a) for a in args.arg) if args.arg else None
+    wall = agent.config.limits.max_wall_clock_min
+    handle = await toren_client.start_run(
+        client,
+        agent.name,
+        args.prompt,
+        run_id=args.id,
+        arguments=arguments,
+        attachments=args.attach or None,
+        task_queue=agent.task_queue,
+        # Past the run's own wall-clock budget, so the workflow ends itself cleanly first.
+        execution_timeout=timedelta(minutes=wall + 5) if wall else None,
+    )
+    print(f"run {handle.id} started (agent {agent.name}, task queue {agent.task_queue})")
+    print(f"  Web UI: {_ui_url(handle.id)}")
+    if args.no_wait:
+        return 0
+    return await _follow(client, handle.id, as_json=args.json, show_help=True)
+
+
+async def _follow(client: Client, run_id: str, *, as_json: bool, show_help: bool) -> int:
+    stream = EventStream()
+    handle = client.get_workflow_handle(run_id)
+    status = 0
+    async for history_event in handle.fetch_history_events(wait_new_event=True):
+        for event in stream.feed(history_event):
+            print(json.dumps(event) if as_json else format_event(event), flush=True)
+            if event["type"] == "ApprovalRequested" and show_help and not as_json:
+                call = event["callId"]
+                print(
+                    f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in the "
+                    f"Web UI (More Actions → Send a Signal → approve, "
+                    f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
+                    f"       toren approve {run_id} {call}\n"
+                    f"       toren deny {run_id} {call} --comment 'why'",
+                    flush=True,
+                )
+            if event["type"] in ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated"):
+                status = 1
+    return status
+
+
+async def cmd_events(args: argparse.Namespace) -> int:
+    client = await _connect()
+    if args.follow:
+        return await _follow(client, args.run_id, as_json=args.json, show_help=False)
+    for event in await toren_client.events(client, args.run_id):
+        print(json.dumps(event) if args.json else format_event(event))
+    return 0
+
+
+async def cmd_pending(args: argparse.Namespace) -> int:
+    client = await _connect()
+    calls = await toren_client.pending(client, args.run_id)
+    if args.json:
+        print(json.dumps([c.__dict__ for c in calls], indent=2))
+        return 0
+    if not calls:
+        print(f"no call of {args.run_id} is waiting for approval")
+    for c in calls:
+        print(f"{c.call_id}  {c.tool}({json.dumps(c.args)})  since {c.requested_at}  [{c.reason}]")
+    return 0
+
+
+async def cmd_decide(args: argparse.Namespace, approved: bool) -> int:
+    client = await _connect()
+    try:
+        decision = await toren_client.decide(
+            client,
+            args.run_id,
+            args.call_id,
+            approved,
+            by=args.by or _default_by(),
+            comment=args.comment or "",
+        )
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        print(f"refused: {cause.message if cause else err}", file=sys.stderr)  # type: ignore[union-attr]
+        return 1
+    word = "approved" if decision.approved else "denied"
+    print(f"{decision.call_id} {word} by {decision.by}")
+    return 0
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    status = 0
+    for folder in args.agent_dir:
+        try:
+            agent = load_agent(folder)
+        except ConfigError as err:
+            print(f"✗ {folder}: {err}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"✓ agent {agent.name!r} ({agent.folder})")
+        print(f"  model: {agent.config.model}   task queue: {agent.task_queue}")
+        limits = agent.config.limits
+        print(
+            f"  limits: maxStepsPerTask={limits.max_steps_per_task} "
+            f"maxAttemptsPerTask={limits.max_attempts_per_task} "
+            f"maxWallClockMin={limits.max_wall_clock_min}"
+        )
+        missing = [n for n in agent.required_env() if not os.environ.get(n)]
+        print(f"  env required: {', '.join(agent.required_env()) or 'none'}")
+        if missing:
+            print(f"  ! missing here: {', '.join(missing)} (a worker would refuse to start)")
+        for tool in agent.tools.values():
+            extra = []
+            if tool.timeout_ms:
+                extra.append(f"timeout_ms={tool.timeout_ms}")
+            if tool.max_attempts:
+                extra.append(f"max_attempts={tool.max_attempts}")
+            print(
+                f"  tool {tool.name}: effects={tool.effects} idempotency={tool.idempotency} "
+                f"approval={tool.approval_kind} {' '.join(extra)}".rstrip()
+            )
+            print(f"    {tool.description}")
+            if args.schemas:
+                schema = json.dumps(tool.schema, indent=2).replace("\n", "\n    ")
+                print(f"    {schema}")
+    return status
+
+
+def _parse_kv(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--arg takes KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="toren", description="Durable LLM agents on Temporal.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("worker", help="serve agent folders until Ctrl-C")
+    p.add_argument("agent_dir", nargs="+")
+    p.add_argument("--model", help="serve with this model instead of agent.yaml's")
+
+    p = sub.add_parser("run", help="start a run and follow it")
+    p.add_argument("agent_dir")
+    p.add_argument("prompt")
+    p.add_argument("--id", help="run (workflow) id; default <agent>-<random>")
+    p.add_argument("--arg", action="append", help="invocation argument KEY=VALUE (JSON value)")
+    p.add_argument("--attach", action="append", help="attachment id (see `toren attach`)")
+    p.add_argument("--no-wait", action="store_true", help="print the run id and return")
+    p.add_argument("--json", action="store_true", help="print events as JSON lines")
+
+    for name, help_ in (("approve", "approve a waiting call"), ("deny", "deny a waiting call")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("run_id")
+        p.add_argument("call_id")
+        p.add_argument("--by", help="who decides (default: your user name)")
+        p.add_argument("--comment", help="why (the model sees it on a denial)")
+
+    p = sub.add_parser("pending", help="calls of a run waiting for a decision")
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("events", help="a run's history as an event log")
+    p.add_argument("run_id")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+
+    p = sub.add_parser("check", help="load and validate agent folders")
+    p.add_argument("agent_dir", nargs="+")
+    p.add_argument("--no-schemas", dest="schemas", action="store_false")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `toren` command."""
+    args = _parser().parse_args(argv)
+    commands = {
+        "worker": cmd_worker,
+        "run": cmd_run,
+        "events": cmd_events,
+        "pending": cmd_pending,
+        "check": cmd_check,
+        "approve": lambda a: cmd_decide(a, True),
+        "deny": lambda a: cmd_decide(a, False),
+    }
+    try:
+        return asyncio.run(commands[args.command](args))
+    except ConfigError as err:
+        print(f"toren: {err}", file=sys.stderr)
+        return 2
+    except WorkflowFailureError as err:
+        print(f"toren: run failed: {err.cause}", file=sys.stderr)
+        return 1
+    except RPCError as err:
+        print(f"toren: Temporal said: {err.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

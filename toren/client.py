@@ -1,0 +1,118 @@
+"""Starting runs, deciding approvals and reading the event log from Python.
+
+```python
+from toren import client as toren_client
+from toren.connect import connect
+
+client = await connect()
+handle = await toren_client.start_run(client, "support", "Refund order A-1001")
+for call in await toren_client.pending(client, handle.id):
+    await toren_client.approve(client, handle.id, call.call_id, by="alice")
+result = await handle.result()
+```
+
+A run is also startable without toren: `AgentRun` takes a plain JSON object
+(`{"agent": ..., "prompt": ...}`) on the agent's task queue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from toren.events import Event, render
+from toren.workflows.types import Decision, PendingApproval, RunInput, RunResult
+
+__all__ = ["approve", "decide", "deny", "events", "pending", "run_agent", "start_run"]
+
+
+async def start_run(
+    client: Client,
+    agent: str,
+    prompt: str,
+    *,
+    run_id: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    attachments: list[str] | None = None,
+    task_queue: str | None = None,
+    execution_timeout: timedelta | None = None,
+) -> WorkflowHandle[Any, RunResult]:
+    """Start an `AgentRun`; the run id is `run_id` or `<agent>-<random>`.
+
+    Never pass secrets in `prompt` or `arguments`: run input is stored in history.
+    """
+    first_line = prompt.strip().splitlines()[0] if prompt.strip() else ""
+    return await client.start_workflow(
+        "AgentRun",
+        RunInput(
+            agent=agent,
+            prompt=prompt,
+            arguments=arguments,
+            messages=messages,
+            attachments=attachments,
+        ),
+        id=run_id or f"{agent}-{uuid.uuid4().hex[:12]}",
+        task_queue=task_queue or agent,
+        result_type=RunResult,
+        execution_timeout=execution_timeout,
+        static_summary=f"{agent}: {first_line[:120]}",
+    )
+
+
+async def run_agent(client: Client, agent: str, prompt: str, **kwargs: Any) -> RunResult:
+    """Start a run and wait for its result (see `start_run` for the arguments)."""
+    handle = await start_run(client, agent, prompt, **kwargs)
+    return await handle.result()
+
+
+async def decide(
+    client: Client,
+    run_id: str,
+    call_id: str,
+    approved: bool,
+    *,
+    by: str | None = None,
+    comment: str = "",
+) -> Decision:
+    """Approve or deny a waiting call through the `decide` update; returns the recorded decision.
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: the call is unknown or already decided
+            (the message says which calls wait).
+    """
+    handle = client.get_workflow_handle(run_id)
+    return await handle.execute_update(
+        "decide",
+        {"call_id": call_id, "approve": approved, "by": by or client.identity, "comment": comment},
+        result_type=Decision,
+    )
+
+
+async def approve(
+    client: Client, run_id: str, call_id: str, *, by: str | None = None, comment: str = ""
+) -> Decision:
+    """Approve a waiting call; it then runs once with its recorded args."""
+    return await decide(client, run_id, call_id, True, by=by, comment=comment)
+
+
+async def deny(
+    client: Client, run_id: str, call_id: str, *, by: str | None = None, comment: str = ""
+) -> Decision:
+    """Deny a waiting call; the model sees `denied by <by>: <comment>`."""
+    return await decide(client, run_id, call_id, False, by=by, comment=comment)
+
+
+async def pending(client: Client, run_id: str) -> list[PendingApproval]:
+    """The run's calls waiting for a decision."""
+    handle = client.get_workflow_handle(run_id)
+    return await handle.query("pending_approvals", result_type=list[PendingApproval])
+
+
+async def events(client: Client, run_id: str) -> list[Event]:
+    """The run's history rendered as Toren's event log."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    return render(history)

@@ -1,0 +1,334 @@
+"""A run's Temporal history rendered as Toren's event log.
+
+```python
+history = await client.get_workflow_handle(run_id).fetch_history()
+for event in render(history):
+    print(event["type"], event)
+```
+
+Event types: RunStarted, LlmCallStarted, LlmCallCompleted, LlmCallFailed, ToolCallStarted,
+ToolCallCompleted, ApprovalRequested, ApprovalResolved, SignalRefused, RunCompleted, RunFailed
+(also RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew). Nothing here is stored twice:
+the log is derived from the history, which stays the one source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from temporalio.api.common.v1 import Payloads
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHistory
+from temporalio.converter import default as default_converter
+
+__all__ = ["Event", "EventStream", "format_event", "render"]
+
+Event = dict[str, Any]
+
+_CONVERTER = default_converter().payload_converter
+
+
+def _decode(payloads: Payloads | None) -> list[Any]:
+    if payloads is None or not payloads.payloads:
+        return []
+    try:
+        return list(_CONVERTER.from_payloads(list(payloads.payloads)))
+    except Exception:
+        return ["<undecodable payload>"]
+
+
+def _first(payloads: Payloads | None) -> Any:
+    values = _decode(payloads)
+    return values[0] if values else None
+
+
+def _failure_text(failure: Any) -> str:
+    text = failure.message
+    cause = failure.cause if failure.HasField("cause") else None
+    while cause is not None and cause.message:
+        text += f": {cause.message}"
+        cause = cause.cause if cause.HasField("cause") else None
+    return text
+
+
+class _Renderer:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.scheduled: dict[int, dict[str, Any]] = {}
+        self.effects: dict[str, str] = {}
+        self.pending: set[str] = set()
+        self.decided: set[str] = set()
+        self.workflow_id = ""
+
+    def emit(self, event: HistoryEvent, type_: str, **fields: Any) -> None:
+        self.events.append(
+            {"type": type_, "at": event.event_time.ToDatetime().isoformat() + "Z", **fields}
+        )
+
+    def handle(self, event: HistoryEvent) -> None:
+        t = event.event_type
+        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            a = event.workflow_execution_started_event_attributes
+            run_input = _first(a.input) or {}
+            self.emit(
+                event,
+                "RunStarted",
+                agent=run_input.get("agent"),
+                prompt=run_input.get("prompt"),
+                arguments=run_input.get("arguments"),
+                attachments=run_input.get("attachments"),
+            )
+        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
+            self._marker(event)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            self._scheduled(event)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            a = event.activity_task_completed_event_attributes
+            self._completed(event, self.scheduled.get(a.scheduled_event_id), _first(a.result))
+        elif t in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+        ):
+            if t == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+                a = event.activity_task_failed_event_attributes
+            else:
+                a = event.activity_task_timed_out_event_attributes  # type: ignore[assignment]
+            self._failed(event, self.scheduled.get(a.scheduled_event_id), _failure_text(a.failure))
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            a = event.workflow_execution_signaled_event_attributes
+            self._signal(event, a.signal_name, _decode(a.input), a.identity)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+            a = event.workflow_execution_update_completed_event_attributes
+            if a.outcome.HasField("success"):
+                decision = _first(a.outcome.success)
+                if isinstance(decision, dict) and "approved" in decision:
+                    self._resolved(event, decision)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            result = _first(event.workflow_execution_completed_event_attributes.result) or {}
+            self.emit(
+                event,
+                "RunCompleted",
+                text=result.get("text"),
+                steps=result.get("steps"),
+                toolCalls=result.get("tool_calls"),
+                usage=result.get("usage"),
+            )
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+            failure = event.workflow_execution_failed_event_attributes.failure
+            kind = (
+                failure.application_failure_info.type
+                if failure.HasField("application_failure_info")
+                else ""
+            )
+            self.emit(event, "RunFailed", error=_failure_text(failure), kind=kind)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
+            self.emit(event, "RunTimedOut", error="workflow execution timeout reached")
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
+            self.emit(event, "RunCanceled")
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
+            a = event.workflow_execution_terminated_event_attributes
+            self.emit(event, "RunTerminated", reason=a.reason, by=a.identity)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            a = event.workflow_execution_continued_as_new_event_attributes
+            self.emit(event, "RunContinuedAsNew", newRunId=a.new_execution_run_id)
+
+    def _marker(self, event: HistoryEvent) -> None:
+        a = event.marker_recorded_event_attributes
+        if a.marker_name != "core_local_activity":
+            return
+        meta = _first(a.details["data"]) if "data" in a.details else None
+        result = _first(a.details["result"]) if "result" in a.details else None
+        kind = meta.get("activity_type") if isinstance(meta, dict) else None
+        if kind == "toren.agent_spec" and isinstance(result, dict):
+            self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
+        elif (
+            kind == "toren.check_approval"
+            and isinstance(result, dict)
+            and result.get("gated")
+            and not result.get("error")
+        ):
+            self.pending.add(result.get("call_id", ""))
+            self.emit(
+                event,
+                "ApprovalRequested",
+                callId=result.get("call_id"),
+                tool=result.get("tool"),
+                reason=result.get("reason"),
+            )
+
+    def _scheduled(self, event: HistoryEvent) -> None:
+        a = event.activity_task_scheduled_event_attributes
+        name = a.activity_type.name
+        body = _first(a.input)
+        body = body if isinstance(body, dict) else {}
+        info = {"name": name, **body}
+        self.scheduled[event.event_id] = info
+        if name == "toren.call_model":
+            for item in body.get("tail", []):
+                message = item.get("message") if isinstance(item, dict) else None
+                if isinstance(message, dict) and message.get("role") == "tool":
+                    self._workflow_result(event, message)
+            self.emit(event, "LlmCallStarted", step=body.get("step"), model=body.get("model"))
+        elif "." in name and not name.startswith("toren."):
+            tool = name.split(".", 1)[1]
+            self.emit(
+                event,
+                "ToolCallStarted",
+                callId=body.get("call_id"),
+                tool=tool,
+                args=body.get("args"),
+                idempotencyKey=body.get("idempotency_key"),
+                effects=self.effects.get(tool, ""),
+                step=body.get("step"),
+            )
+
+    def _workflow_result(self, event: HistoryEvent, message: dict[str, Any]) -> None:
+        call_id = message.get("tool_call_id")
+        content = str(message.get("content", ""))
+        if (
+            call_id in self.pending
+            and call_id not in self.decided
+            and content.startswith("denied by ")
+        ):
+            by, _, comment = content[len("denied by ") :].partition(": ")
+            self._resolved(
+                event,
+                {
+                    "call_id": call_id,
+                    "approved": False,
+                    "by": by,
+                    "comment": comment,
+                    "via": "expiry" if by == "toren" else "signal",
+                },
+            )
+        self.emit(
+            event,
+            "ToolCallCompleted",
+            callId=call_id,
+            tool=message.get("name"),
+            result=content,
+            isError=bool(message.get("is_error")),
+        )
+
+    def _completed(self, event: HistoryEvent, info: dict[str, Any] | None, result: Any) -> None:
+        if info is None or not isinstance(result, dict):
+            return
+        if info["name"] == "toren.call_model":
+            message = result.get("message") or {}
+            self.emit(
+                event,
+                "LlmCallCompleted",
+                step=info.get("step"),
+                text=message.get("content", ""),
+                toolCalls=message.get("tool_calls", []),
+                usage=result.get("usage", {}),
+            )
+        elif "." in info["name"] and not info["name"].startswith("toren."):
+            self.emit(
+                event,
+                "ToolCallCompleted",
+                callId=info.get("call_id"),
+                tool=info["name"].split(".", 1)[1],
+                result=result.get("content"),
+                isError=bool(result.get("is_error")),
+            )
+
+    def _failed(self, event: HistoryEvent, info: dict[str, Any] | None, error: str) -> None:
+        if info is None:
+            return
+        if info["name"] == "toren.call_model":
+            self.emit(event, "LlmCallFailed", step=info.get("step"), error=error)
+        elif "." in info["name"] and not info["name"].startswith("toren."):
+            self.emit(
+                event,
+                "ToolCallFailed",
+                callId=info.get("call_id"),
+                tool=info["name"].split(".", 1)[1],
+                error=error,
+            )
+
+    def _signal(self, event: HistoryEvent, name: str, values: list[Any], identity: str) -> None:
+        if name not in ("approve", "deny"):
+            return
+        body = values[0] if len(values) == 1 else None
+        reason = None
+        if len(values) != 1:
+            reason = f"expected one JSON object, got {len(values) or 'an empty payload'}"
+        elif not isinstance(body, dict):
+            reason = "expected a JSON object"
+        elif not isinstance(body.get("call_id"), str) or not body.get("call_id"):
+            reason = 'missing "call_id"'
+        elif body["call_id"] in self.decided:
+            reason = f"call {body['call_id']!r} was already decided"
+        elif body["call_id"] not in self.pending:
+            reason = f"unknown call_id {body['call_id']!r}"
+        if reason is not None or not isinstance(body, dict):
+            self.emit(event, "SignalRefused", signal=name, payload=values, reason=reason)
+            return
+        self._resolved(
+            event,
+            {
+                "call_id": body["call_id"],
+                "approved": name == "approve",
+                "by": body.get("by") or identity or "unknown",
+                "comment": body.get("comment") or "",
+                "via": "signal",
+            },
+        )
+
+    def _resolved(self, event: HistoryEvent, decision: dict[str, Any]) -> None:
+        call_id = decision.get("call_id", "")
+        self.decided.add(call_id)
+        self.emit(
+            event,
+            "ApprovalResolved",
+            callId=call_id,
+            approved=bool(decision.get("approved")),
+            by=decision.get("by"),
+            comment=decision.get("comment", ""),
+            via=decision.get("via", ""),
+        )
+
+
+class EventStream:
+    """Renders history events one at a time, for following a live run."""
+
+    def __init__(self) -> None:
+        self._renderer = _Renderer()
+
+    def feed(self, event: HistoryEvent) -> list[Event]:
+        """Take one history event; return the log events it produced (often none)."""
+        before = len(self._renderer.events)
+        self._renderer.handle(event)
+        return self._renderer.events[before:]
+
+
+def render(history: WorkflowHistory | Iterable[HistoryEvent]) -> list[Event]:
+    """Render a run's history (one run, or several runs of a chain in order) as events."""
+    renderer = _Renderer()
+    events: Sequence[HistoryEvent] | Iterable[HistoryEvent] = (
+        history.events if isinstance(history, WorkflowHistory) else history
+    )
+    for event in events:
+        renderer.handle(event)
+    return renderer.events
+
+
+def format_event(event: Event) -> str:
+    """One line for a terminal: time, type, and the fields that matter."""
+    at = str(event.get("at", ""))[11:23]
+    fields = {k: v for k, v in event.items() if k not in ("type", "at") and v not in (None, "")}
+    parts = []
+    for key, value in fields.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if len(text) > 200:
+            text = text[:197] + "…"
+        parts.append(
+            f"{key}={text}"
+            if isinstance(value, str) and " " not in text
+            else f"{key}={json.dumps(text) if isinstance(value, str) else text}"
+        )
+    return f"{at}  {event['type']:<18} " + " ".join(parts)
