@@ -64,7 +64,8 @@ class DevServer:
             "--search-attribute", "TorenStatus=Keyword",
             "--search-attribute", "TorenPendingApprovals=Int",
         ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             ok = subprocess.run(
@@ -148,3 +149,34 @@ def secret(value: str) -> str:
 @pytest.fixture
 async def run_id() -> AsyncIterator[str]:
     yield f"run-{uuid.uuid4().hex[:12]}"
+
+
+async def fetch_history(client: Client, workflow_id: str) -> Any:
+    """The run's history; its serialized form is kept for the suite-wide secret search."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    HISTORIES.append(history.to_json().encode())
+    return history
+
+
+def task_failures(history: Any) -> list[Any]:
+    """Workflow task failures in a history (there must never be any)."""
+    from temporalio.api.enums.v1 import EventType
+
+    return [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
+    """Poll `predicate` (sync or async) until it returns something truthy."""
+    import asyncio
+    import inspect
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"condition not met in {timeout}s")
+        await asyncio.sleep(every)

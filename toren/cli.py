@@ -33,7 +33,7 @@ from toren.agent import load_agent
 from toren.errors import ConfigError
 from toren.events import EventStream, format_event
 
-__all__ = ["main"]
+__all__ = ["entrypoint", "main"]
 
 
 def _ui_url(run_id: str) -> str:
@@ -268,5 +268,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entrypoint() -> None:
+    """The console script: `main`, then a hard exit.
+
+    The Temporal client's native runtime can abort the interpreter while it finalizes
+    (`PyGILState_Release`) after the command is done; exiting directly avoids that.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entrypoint()

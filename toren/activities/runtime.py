@@ -157,6 +157,7 @@ class AgentRuntime:
                 f"this worker does not serve agent {agent!r} (it serves: {served}); "
                 "start a worker for it with `toren worker <folder>`",
                 type="UnknownAgent",
+                non_retryable=True,
             )
         return loaded
 
@@ -277,6 +278,9 @@ async def _run_tool(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -> To
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            if isinstance(err, ApplicationError) and not err.non_retryable:
+                # The handler asked Temporal to retry (e.g. an upstream 429/5xx), per max_attempts.
+                raise
             text = f"tool {tool.name} failed: {type(err).__name__}: {err}"
             return ToolCallResult(_redact(text, loaded.secrets()), True)
     return ToolCallResult(content)

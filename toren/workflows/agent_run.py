@@ -78,13 +78,18 @@ class AgentRun:
         """Run the agent loop to a final answer, or fail with a `RunError` on a budget."""
         self._arguments = dict(input.arguments or {})
         self._attachments = list(input.attachments or [])
-        self._spec = await workflow.execute_local_activity(
-            "toren.agent_spec",
-            input.agent,
-            result_type=AgentSpec,
-            start_to_close_timeout=timedelta(seconds=30),
-            summary=f"load spec of {input.agent}",
-        )
+        try:
+            self._spec = await workflow.execute_local_activity(
+                "toren.agent_spec",
+                input.agent,
+                result_type=AgentSpec,
+                start_to_close_timeout=timedelta(seconds=30),
+                summary=f"load spec of {input.agent}",
+            )
+        except ActivityError as err:
+            raise RunError(
+                f"cannot load agent {input.agent!r}: {err.cause or err}", kind="UnknownAgent"
+            ) from None
         for message in input.messages or []:
             self._append(message, {"input": True})
         self._append({"role": "user", "content": input.prompt}, {"input": True})

@@ -1,0 +1,175 @@
+"""agent.yaml and tools/ discovery: every error names the file and the key, all at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from toren import ConfigError, MissingEnvError, load_agent
+from toren.activities.runtime import AgentRuntime
+
+TOOL = """
+from toren import define_tool
+tool = define_tool(description="Echo.", handler=lambda args, ctx: "ok")
+"""
+
+
+def write(folder: Path, yaml_text: str, tools: dict[str, str] | None = None) -> Path:
+    (folder / "tools").mkdir(parents=True, exist_ok=True)
+    (folder / "agent.yaml").write_text(textwrap.dedent(yaml_text))
+    (folder / "instructions.md").write_text("Be brief.")
+    for name, source in (tools or {}).items():
+        (folder / "tools" / name).write_text(textwrap.dedent(source))
+    return folder
+
+
+def test_loads_and_defaults(tmp_path: Path) -> None:
+    write(tmp_path, "name: shop\nmodel: mock/echo\n", {"echo.py": TOOL, "_helpers.py": "X = 1"})
+    agent = load_agent(tmp_path)
+    assert agent.name == "shop"
+    assert agent.task_queue == "shop"
+    assert agent.config.limits.max_steps_per_task == 50
+    assert list(agent.tools) == ["echo"]  # named after the file; _helpers.py skipped
+    assert agent.instructions == "Be brief."
+
+
+def test_unknown_keys_are_typos(tmp_path: Path) -> None:
+    write(tmp_path, "name: shop\nmodel: mock/echo\nlimits:\n  maxStepPerTask: 3\nbuiltins: []\n")
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    text = str(err.value)
+    assert str(tmp_path / "agent.yaml") in text
+    assert "unknown key 'limits.maxStepPerTask'" in text
+    assert "unknown key 'builtins'" in text
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("name: Shop\nmodel: mock/echo\n", "name: 'Shop' must match"),
+        ("name: shop\nmodel: gpt-4\n", "model: 'gpt-4' must be openai/<model>"),
+        ("name: shop\n", "missing key 'model'"),
+        ("name: shop\nmodel: mock/echo\nlimits: {maxStepsPerTask: 0}\n", "limits.maxStepsPerTask"),
+        ("name: shop\nmodel: mock/echo\ninstructions: nope.md\n", "instructions: file 'nope.md'"),
+        ("name: [shop\n", "not valid YAML"),
+        ("- a list\n", "must be a mapping"),
+    ],
+)
+def test_bad_values_name_the_key(tmp_path: Path, yaml_text: str, message: str) -> None:
+    write(tmp_path, yaml_text)
+    with pytest.raises(ConfigError, match=None) as err:
+        load_agent(tmp_path)
+    assert message in str(err.value)
+    assert "agent.yaml" in str(err.value)
+
+
+def test_tool_discovery_lists_every_problem(tmp_path: Path) -> None:
+    dup = 'from toren import define_tool\ntool = define_tool(name="echo", description="x", handler=lambda a, c: "")\n'
+    two = (
+        "from toren import define_tool\n"
+        'a = define_tool(description="a", handler=lambda a, c: "")\n'
+        'b = define_tool(description="b", handler=lambda a, c: "")\n'
+    )
+    write(
+        tmp_path,
+        "name: shop\nmodel: mock/echo\n",
+        {
+            "echo.py": TOOL,
+            "echo_again.py": dup,
+            "nothing.py": "X = 1\n",
+            "BadName.py": TOOL,
+            "two.py": two,
+            "broken.py": "import not_a_module_anywhere\n",
+            "bad_field.py": 'from toren import define_tool\ntool = define_tool(description="x", effects="world", handler=lambda a, c: "")\n',
+        },
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    problems = "\n".join(err.value.problems)
+    assert len(err.value.problems) == 6
+    assert "echo_again.py: tool name 'echo' is also defined in" in problems
+    assert "nothing.py: defines no tool" in problems
+    assert "BadName.py: file name 'BadName' must be snake_case" in problems
+    assert "two.py: defines 2 tools" in problems
+    assert "broken.py: failed to import: ModuleNotFoundError" in problems
+    assert "effects must be one of" in problems
+
+
+def test_builtin_errors(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "name: shop\nmodel: mock/echo\nbuiltin_tools: [bash, web_scrape]\n",
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    text = str(err.value)
+    assert "'bash' cannot be declared here; set `sandbox: true`" in text
+    assert "unknown built-in 'web_scrape'" in text
+
+
+def test_missing_env_names_every_variable_and_no_value(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        name: shop
+        model: openai/gpt-4o-mini
+        env:
+          required: [SHOP_TOKEN, SHOP_DB_URL]
+          optional: {SHOP_REGION: eu}
+        """,
+    )
+    agent = load_agent(tmp_path)
+    assert agent.required_env() == ["OPENAI_API_KEY", "SHOP_DB_URL", "SHOP_TOKEN"]
+    with pytest.raises(MissingEnvError) as err:
+        agent.resolve_env({"SHOP_TOKEN": "tok-very-secret", "UNRELATED": "x"})
+    text = str(err.value)
+    assert "OPENAI_API_KEY, SHOP_DB_URL" in text
+    assert "tok-very-secret" not in text
+    env = agent.resolve_env(
+        {"SHOP_TOKEN": "t", "SHOP_DB_URL": "u", "OPENAI_API_KEY": "k", "HOME": "/root"}
+    )
+    # ctx.env holds declared names only, optional ones with their defaults.
+    assert env == {
+        "SHOP_TOKEN": "t",
+        "SHOP_DB_URL": "u",
+        "OPENAI_API_KEY": "k",
+        "SHOP_REGION": "eu",
+    }
+
+
+def test_worker_start_reports_every_agents_missing_env(tmp_path: Path) -> None:
+    a = write(tmp_path / "a", "name: a\nmodel: mock/echo\nenv: {required: [A_KEY]}\n")
+    b = write(tmp_path / "b", "name: b\nmodel: anthropic/claude\n")
+    with pytest.raises(ConfigError) as err:
+        AgentRuntime.load([a, b], environ={})
+    text = str(err.value)
+    assert "agent 'a' is missing required env: A_KEY" in text
+    assert "agent 'b' is missing required env: ANTHROPIC_API_KEY" in text
+
+
+def test_cli_check_and_worker_errors(tmp_path: Path) -> None:
+    folder = write(
+        tmp_path,
+        "name: shop\nmodel: mock/echo\nenv: {required: [SHOP_TOKEN, SHOP_KEY]}\n",
+        {"echo.py": TOOL},
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "toren.cli", "check", str(folder)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "tool echo: effects=none idempotency=keyed approval=never" in out.stdout
+    assert "missing here: SHOP_KEY, SHOP_TOKEN" in out.stdout
+    env = {"PATH": "/usr/bin:/bin", "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "missing required env: SHOP_KEY, SHOP_TOKEN" in out.stderr

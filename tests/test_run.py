@@ -1,0 +1,390 @@
+"""AgentRun end to end on a real dev server: the loop, the tool contract, budgets, events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Replayer
+
+from tests.conftest import ROOT, fetch_history, secret, task_failures, wait_for
+from toren import AgentRun, RunResult
+from toren import client as toren_client
+from toren.plugin import workflow_runner
+from toren.worker import serve
+
+ECHO = """
+from toren import define_tool
+tool = define_tool(
+    description="Echo the text back.",
+    input={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    effects="none",
+    idempotency="none",
+    handler=lambda args, ctx: "echo:" + args["text"],
+)
+"""
+
+SLOW = """
+import asyncio
+from toren import define_tool
+
+async def slow(args, ctx):
+    await asyncio.sleep(args["seconds"])
+    return "slept"
+
+tool = define_tool(
+    description="Sleep.",
+    input={"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]},
+    timeout_ms=300,
+    handler=slow,
+)
+"""
+
+BOOM = """
+from toren import define_tool
+
+def boom(args, ctx):
+    raise RuntimeError("disk on fire with token " + ctx.env["BOOM_TOKEN"])
+
+tool = define_tool(description="Fails.", handler=boom)
+"""
+
+RECORD = """
+import json, os, time
+from pathlib import Path
+from toren import define_tool
+
+def record(args, ctx):
+    with open(ctx.env["RECORD_FILE"], "a") as f:
+        f.write(json.dumps({"key": ctx.idempotency_key, "attempt": ctx.attempt,
+                            "start": time.time(), "name": args.get("name", "")}) + "\\n")
+    time.sleep(args.get("sleep", 0))
+    return "recorded " + args.get("name", "")
+
+tool = define_tool(
+    description="Record the call.",
+    input={"type": "object", "properties": {"name": {"type": "string"}, "sleep": {"type": "number"}}},
+    effects="external",
+    idempotency="keyed",
+    handler=record,
+)
+"""
+
+GATED = """
+from toren import define_tool
+tool = define_tool(
+    description="Pay someone.",
+    input={"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]},
+    effects="external",
+    approval="always",
+    handler=lambda args, ctx: f"paid {args['amount']}",
+)
+"""
+
+
+def call(tool: str, id: str | None = None, **args: Any) -> dict[str, Any]:
+    return {"name": tool, "args": args, **({"id": id} if id else {})}
+
+
+async def run(client: Client, folder: Path, prompt: str = "go", **kwargs: Any) -> RunResult:
+    agent = folder.name
+    return await toren_client.run_agent(client, agent, prompt, **kwargs)
+
+
+def tool_results(history: Any) -> list[str]:
+    """Every tool result the model saw, from the model calls' inputs and tool activities."""
+    from toren.events import render
+
+    return [e["result"] for e in render(history) if e["type"] == "ToolCallCompleted"]
+
+
+async def test_plain_run_and_result(client: Client, make_agent: Callable[..., Path]) -> None:
+    folder = make_agent(
+        tools={"echo": ECHO},
+        script=[
+            {"text": "calling", "tool_calls": [call("echo", text="hi")]},
+            "final: {last_tool_result}",
+        ],
+    )
+    async with serve(client, [folder]):
+        result = await run(client, folder)
+    assert result.text == "final: echo:hi"
+    assert result.steps == 2
+    assert result.tool_calls == 1
+    assert result.usage["input_tokens"] > 0
+
+
+async def test_startable_by_name_with_plain_json(
+    client: Client, make_agent: Callable[..., Path], dev_server: Any
+) -> None:
+    folder = make_agent(script=["plain json works"])
+    name = folder.name
+    async with serve(client, [folder]):
+        # The default data converter, a dict, a workflow type by name: what any SDK sends.
+        plain = await Client.connect(dev_server.address)
+        result = await plain.execute_workflow(
+            "AgentRun", {"agent": name, "prompt": "hi"}, id=f"{name}-plain", task_queue=name
+        )
+        assert result["text"] == "plain json works"
+        cli = ROOT / ".venv" / "bin" / "temporal"
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [str(cli) if cli.exists() else "temporal", "workflow", "execute", "--address",
+             dev_server.address, "--type", "AgentRun", "--task-queue", name,
+             "--workflow-id", f"{name}-cli", "--input", json.dumps({"agent": name, "prompt": "hi"}),
+             "-o", "json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "plain json works" in out.stdout
+
+
+async def test_bad_calls_become_error_results(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        tools={"echo": ECHO},
+        script=[
+            {
+                "tool_calls": [
+                    call("nope", id="c1"),
+                    {"id": "c2", "name": "echo", "arguments": "{not json"},
+                    call("echo", id="c3", text=5),
+                    {"id": "c4", "name": "echo", "arguments": "[1, 2]"},
+                    call("echo", id="c5", text="fine"),
+                ]
+            },
+            "recovered",
+        ],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        result = await handle.result()
+    assert result.text == "recovered"
+    history = await fetch_history(client, handle.id)
+    results = tool_results(history)
+    assert "unknown tool: nope" in results
+    assert any(r.startswith("invalid arguments for echo: not valid JSON") for r in results)
+    assert "invalid arguments for echo: text: 5 is not of type 'string'" in results
+    assert "invalid arguments for echo: expected a JSON object, got list" in results
+    assert "echo:fine" in results
+    # Only the valid call became an activity.
+    scheduled = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    names = [e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled]
+    assert names.count(f"{folder.name}.echo") == 1
+    assert not task_failures(history)
+
+
+async def test_calls_of_one_turn_run_concurrently(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    record_file = tmp_path / "calls.jsonl"
+    folder = make_agent(
+        tools={"record": RECORD},
+        script=[{"tool_calls": [call("record", name=n, sleep=1.0) for n in "abc"]}, "done"],
+        env={"required": ["RECORD_FILE"]},
+    )
+    async with serve(client, [folder], environ={"RECORD_FILE": str(record_file)}):
+        await run(client, folder)
+    starts = sorted(json.loads(line)["start"] for line in record_file.read_text().splitlines())
+    assert len(starts) == 3
+    # Each call sleeps 1 s; run one after another they would start >= 1 s apart.
+    assert starts[-1] - starts[0] < 0.9
+
+
+async def test_timeout_ms_returns_an_error_result_and_the_run_goes_on(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        tools={"slow": SLOW},
+        script=[{"tool_calls": [call("slow", seconds=5)]}, "after: {last_tool_result}"],
+    )
+    async with serve(client, [folder]):
+        result = await run(client, folder)
+    assert result.text == "after: tool slow timed out after 300ms"
+
+
+async def test_handler_exception_is_an_error_result_not_retried_and_redacted(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    token = secret("boom-secret-8f2a1c")
+    folder = make_agent(
+        tools={"boom": BOOM},
+        script=[{"tool_calls": [call("boom")]}, "saw: {last_tool_result}"],
+        env={"required": ["BOOM_TOKEN"]},
+    )
+    async with serve(client, [folder], environ={"BOOM_TOKEN": token}):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        result = await handle.result()
+    assert result.text == "saw: tool boom failed: RuntimeError: disk on fire with token [redacted]"
+    history = await fetch_history(client, handle.id)
+    started = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert all(e.activity_task_started_event_attributes.attempt == 1 for e in started)
+    assert token.encode() not in history.to_json().encode()
+
+
+async def test_idempotency_keys_are_per_call(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    record_file = tmp_path / "calls.jsonl"
+    folder = make_agent(
+        tools={"record": RECORD},
+        script=[
+            {"tool_calls": [call("record", id="a", name="1"), call("record", id="b", name="2")]},
+            {"tool_calls": [call("record", id="a", name="3")]},
+            "done",
+        ],
+        env={"required": ["RECORD_FILE"]},
+    )
+    async with serve(client, [folder], environ={"RECORD_FILE": str(record_file)}):
+        handle = await toren_client.start_run(
+            client, folder.name, "go", run_id=f"{folder.name}-keys"
+        )
+        await handle.result()
+    keys = {
+        json.loads(line)["name"]: json.loads(line)["key"]
+        for line in record_file.read_text().splitlines()
+    }
+    assert keys == {
+        "1": f"{handle.id}:1:a",
+        "2": f"{handle.id}:1:b",
+        "3": f"{handle.id}:2:a",
+    }
+
+
+async def test_max_steps_budget_fails_the_run_clearly(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        tools={"echo": ECHO},
+        script=[{"tool_calls": [call("echo", text=str(i))]} for i in range(10)],
+        limits={"maxStepsPerTask": 3},
+    )
+    async with serve(client, [folder]):
+        with pytest.raises(WorkflowFailureError) as err:
+            await run(client, folder)
+    cause = err.value.cause
+    assert "run exceeded maxStepsPerTask=3 without a final answer" in str(cause)
+    assert getattr(cause, "type", None) == "BudgetExceeded"
+    assert getattr(cause, "non_retryable", None) is True
+
+
+async def test_wall_clock_budget_ends_the_run_and_cancels_calls(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    slow = SLOW.replace("timeout_ms=300", "timeout_ms=60_000")
+    folder = make_agent(
+        tools={"slow": slow},
+        script=[{"tool_calls": [call("slow", seconds=60)]}, "never"],
+        limits={"maxWallClockMin": 0.05},
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+    assert "run exceeded maxWallClockMin=0.05" in str(err.value.cause)
+    history = await fetch_history(client, handle.id)
+    types = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in types
+
+
+async def test_max_attempts_per_task_is_the_default_retry_policy(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    own = ECHO.replace('idempotency="none",', 'idempotency="none", max_attempts=5,')
+    folder = make_agent(
+        tools={"echo": ECHO, "own": own},
+        script=[{"tool_calls": [call("echo", text="x"), call("own", text="y")]}, "done"],
+        limits={"maxAttemptsPerTask": 2},
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await handle.result()
+    history = await fetch_history(client, handle.id)
+    policies = {
+        e.activity_task_scheduled_event_attributes.activity_type.name: (
+            e.activity_task_scheduled_event_attributes.retry_policy.maximum_attempts
+        )
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    assert policies[f"{folder.name}.echo"] == 2
+    assert policies[f"{folder.name}.own"] == 5
+
+
+async def test_events_render_the_run(client: Client, make_agent: Callable[..., Path]) -> None:
+    folder = make_agent(
+        tools={"echo": ECHO},
+        script=[{"tool_calls": [call("echo", text="hi")]}, "bye"],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await handle.result()
+    events = await toren_client.events(client, handle.id)
+    assert [e["type"] for e in events] == [
+        "RunStarted",
+        "LlmCallStarted",
+        "LlmCallCompleted",
+        "ToolCallStarted",
+        "ToolCallCompleted",
+        "LlmCallStarted",
+        "LlmCallCompleted",
+        "RunCompleted",
+    ]
+    started = events[3]
+    assert started["tool"] == "echo"
+    assert started["args"] == {"text": "hi"}
+    assert started["idempotencyKey"].startswith(handle.id)
+    assert started["effects"] == "none"
+    assert events[4]["result"] == "echo:hi" and events[4]["isError"] is False
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "toren.cli", "events", handle.id],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "ToolCallCompleted  callId=call_1_1 tool=echo result=echo:hi isError=false" in out.stdout
+
+
+async def test_history_replays_against_current_code(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        tools={"echo": ECHO, "gated": GATED},
+        script=[{"tool_calls": [call("echo", text="hi"), call("gated", id="g", amount=3)]}, "bye"],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await wait_for(lambda: toren_client.pending(client, handle.id))
+        await handle.signal("approve", {"call_id": "g", "by": "test"})
+        await handle.result()
+    history = await fetch_history(client, handle.id)
+    replayer = Replayer(workflows=[AgentRun], workflow_runner=workflow_runner())
+    await replayer.replay_workflow(history)
+
+
+async def test_worker_without_the_agent_fails_the_run_with_a_clear_error(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(script=["hi"])
+    async with serve(client, [folder]):
+        handle = await client.start_workflow(
+            "AgentRun", {"agent": "someone_else", "prompt": "x"}, id=f"{folder.name}-other",
+            task_queue=folder.name,
+        )  # fmt: skip
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+    assert "this worker does not serve agent 'someone_else'" in str(err.value.cause)
+    assert getattr(err.value.cause, "type", None) == "UnknownAgent"

@@ -1,0 +1,158 @@
+"""define_tool: the contract's fields, their errors, and the schema the model sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+from toren import ConfigError, ToolContext, define_tool
+from toren.schema import check_schema, validate_args
+
+
+class Args(BaseModel):
+    query: str = Field(description="what to look for")
+    limit: int = 10
+
+
+def handler(args: Any, ctx: ToolContext) -> str:
+    return "ok"
+
+
+def ctx() -> ToolContext:
+    return ToolContext(env={}, idempotency_key="k", run_id="r", call_id="c", agent="a", tool="t")
+
+
+def test_pydantic_input_becomes_json_schema() -> None:
+    tool = define_tool(name="search", description="Search.", input=Args, handler=handler)
+    assert tool.schema["type"] == "object"
+    assert tool.schema["properties"]["query"]["description"] == "what to look for"
+    assert tool.schema["required"] == ["query"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("effects", "world", "effects must be one of"),
+        ("idempotency", "sometimes", "idempotency must be one of"),
+        ("approval", "maybe", "approval must be 'never', 'always' or a predicate"),
+        ("timeout_ms", 0, "timeout_ms must be a positive integer"),
+        ("max_attempts", -1, "max_attempts must be a positive integer"),
+        ("max_attempts", 1.5, "max_attempts must be a positive integer"),
+        ("name", "BadName", "must be snake_case"),
+        ("input", 42, "expected a pydantic model class or a JSON Schema dict"),
+    ],
+)
+def test_wrong_values_name_the_tool_and_field(field: str, value: Any, message: str) -> None:
+    kwargs: dict[str, Any] = {"name": "refund", "description": "Refund.", "handler": handler}
+    kwargs[field] = value
+    with pytest.raises(ConfigError) as err:
+        define_tool(**kwargs)
+    text = str(err.value)
+    assert message in text
+    assert "refund" in text or field == "name"
+
+
+def test_every_bad_field_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as err:
+        define_tool(
+            name="x",
+            description="",
+            effects="world",  # type: ignore[arg-type]
+            idempotency="maybe",  # type: ignore[arg-type]
+            handler=handler,
+        )
+    assert len(err.value.problems) == 3
+
+
+def test_decorator_form() -> None:
+    @define_tool(description="Echo.", input={"type": "object", "properties": {}})
+    def echo(args: Any, ctx: ToolContext) -> str:
+        return "hi"
+
+    assert echo.name is None  # discovery names it after the file
+    assert echo.handler is not None
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        node = {"type": "object", "properties": {"child": node}}
+    return node
+
+
+def test_nesting_deeper_than_seven_is_refused() -> None:
+    assert check_schema(_nested(7)) == []
+    with pytest.raises(ConfigError, match="nested deeper than 7 levels"):
+        define_tool(name="deep", description="Deep.", input=_nested(8), handler=handler)
+
+
+def test_open_ended_additional_properties_is_refused() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"meta": {"type": "object", "additionalProperties": True}},
+    }
+    with pytest.raises(ConfigError, match="open-ended additionalProperties"):
+        define_tool(name="open", description="Open.", input=schema, handler=handler)
+
+    class Loose(BaseModel):
+        meta: dict[str, Any]
+
+    with pytest.raises(ConfigError, match="meta: open-ended additionalProperties"):
+        define_tool(name="loose", description="Loose.", input=Loose, handler=handler)
+
+    class Record(BaseModel):
+        tags: dict[str, str]
+
+    define_tool(name="record", description="A typed record is fine.", input=Record, handler=handler)
+
+
+def test_invalid_json_schema_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not a valid JSON Schema"):
+        define_tool(
+            name="bad",
+            description="Bad.",
+            input={"type": "object", "properties": 3},
+            handler=handler,
+        )
+
+
+def test_validate_args_reports_every_problem() -> None:
+    tool = define_tool(name="search", description="Search.", input=Args, handler=handler)
+    assert validate_args(tool.schema, {"query": "x"}) is None
+    problem = validate_args(tool.schema, {"limit": "ten"})
+    assert problem is not None
+    assert "'query' is a required property" in problem
+    assert "limit: 'ten' is not of type 'integer'" in problem
+
+
+async def test_results_are_encoded_and_defaults_applied() -> None:
+    seen: list[Any] = []
+
+    def h(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        seen.append(args)
+        return {"n": args["n"]}
+
+    tool = define_tool(
+        name="count",
+        description="Count.",
+        input={"type": "object", "properties": {"n": {"type": "integer", "default": 3}}},
+        handler=h,
+    )
+    assert await tool.invoke({}, ctx()) == '{"n": 3}'
+
+    async def ah(args: Args, ctx: ToolContext) -> str:
+        return f"{args.query}:{args.limit}"
+
+    tool2 = define_tool(name="a", description="Async.", input=Args, handler=ah)
+    assert await tool2.invoke({"query": "q"}, ctx()) == "q:10"
+
+
+def test_approval_predicate_sees_parsed_args() -> None:
+    tool = define_tool(
+        name="pay", description="Pay.", input=Args, approval=lambda a: a.limit > 5, handler=handler
+    )
+    assert tool.approval_kind == "predicate"
+    assert tool.needs_approval({"query": "x", "limit": 6})
+    assert not tool.needs_approval({"query": "x", "limit": 5})

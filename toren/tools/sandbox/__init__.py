@@ -1,0 +1,357 @@
+"""`sandbox: true`: a `bash` tool jailed with bubblewrap, plus workspace file tools.
+
+```yaml
+# agent.yaml
+name: coder
+model: anthropic/claude-sonnet-4-5
+env:
+  required: [GITHUB_TOKEN]
+sandbox:                 # or just `sandbox: true` for the defaults below
+  network: false         # default; true shares the worker's network (and its 127.0.0.1)
+  approval: always       # bash's gate, default; `never` runs commands without asking
+  env: [GITHUB_TOKEN]    # declared env names passed into the sandbox; nothing else is
+  unconfined: false      # see "Without bubblewrap" below
+```
+
+The agent gets four tools, all working in one directory per run, its *workspace*:
+
+- `bash {command, timeout_seconds=120}` → `{exit_code, stdout, stderr}`, run as `bash -c` in
+  the workspace (seen as `/workspace`); each stream keeps its first and last 8,000 characters.
+- `read_file {path, offset=1, limit=2000}` → lines numbered like `cat -n`.
+- `write_file {path, content}` → `{path, bytes}`, creating parent directories.
+- `edit_file {path, old_string, new_string, replace_all=false}` → `{path, replacements}`.
+
+The workspace is `$TOREN_WORKSPACES/<run id>/` (default `.toren/workspaces/` under the worker's
+cwd; `TOREN_WORKSPACES` is read from the worker's environment, it is operator config). It is a
+plain directory: it survives the run's steps and worker restarts on the same host, and nothing
+here deletes it. File tools take workspace-relative paths and refuse absolute paths, `..` and
+symlinks leading outside it.
+
+**Isolation.** bash runs under `bwrap` in new user, pid, network, ipc, uts and cgroup
+namespaces with every capability dropped. It sees read-only `/usr` (and the `/bin`, `/lib`
+links), a few files of `/etc` (passwd, group, hosts, resolv.conf, ld.so.cache, TLS roots), a
+fresh `/proc`, a minimal `/dev`, an empty `/tmp` and the workspace, read-write. Not `/root`,
+`/home`, the rest of `/etc`, or the worker's processes. Its environment holds only `PATH`,
+`HOME=/workspace`, `LANG`, `TOREN_IDEMPOTENCY_KEY` (the call's key; bash is not idempotent,
+so scripts with outside effects can dedupe on it) and the names listed in `env:`, which must
+also be declared in agent.yaml's `env`. The worker's own environment (Temporal keys, cloud
+credentials) never enters. Without `network: true` the sandbox has only its own loopback.
+
+**Without bubblewrap.** A worker without a working `bwrap` refuses to serve a sandboxed agent:
+loading it fails with an error saying to install bubblewrap. The one way to run bash
+unconfined (a plain `bash -c` in the workspace with the same minimal env, but able to read the
+host's files and use its network) is for both sides to opt in: the agent's block says
+`unconfined: true` AND the worker's operator names the agent in
+`TOREN_SANDBOX_UNCONFINED=<name>[,<name>...]`. Either alone is not enough, and where bwrap works
+it is always used. The file tools enforce the workspace boundary themselves in both modes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from toren.errors import ConfigError
+from toren.tool import Tool, ToolContext, define_tool
+from toren.tools.sandbox._files import (
+    SandboxError,
+    edit_file,
+    read_file,
+    workspace_dir,
+    workspace_root,
+    write_file,
+)
+from toren.tools.sandbox._jail import KEEP_CHARS, SANDBOX_PATH, Jail, probe
+
+if TYPE_CHECKING:
+    from toren.agent import AgentConfig
+
+__all__ = ["SandboxError", "SandboxOptions", "parse_options", "tools"]
+
+log = logging.getLogger("toren")
+
+MAX_TIMEOUT_S = 600
+"""The longest `timeout_seconds` a bash call may ask for."""
+TIMEOUT_MARGIN_MS = 30_000
+"""bash's activity timeout exceeds MAX_TIMEOUT_S by this much, so our own kill always wins and
+the model gets the output so far instead of a bare `timed out`."""
+RESERVED_ENV = ("HOME", "LANG", "PATH", "TOREN_IDEMPOTENCY_KEY")
+"""Names the sandbox sets itself; an `env:` entry may not override them."""
+
+_KEYS = ("approval", "env", "network", "unconfined")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """The `sandbox:` block of agent.yaml, checked."""
+
+    network: bool = False
+    """Share the worker's network; otherwise the sandbox has only its own loopback."""
+    approval: Literal["always", "never"] = "always"
+    """bash's approval policy (the file tools never ask)."""
+    env: tuple[str, ...] = ()
+    """Declared env names whose values are passed into the sandbox."""
+    unconfined: bool = False
+    """The agent accepts running bash without bwrap if the operator also allows it."""
+
+
+def parse_options(config: AgentConfig) -> SandboxOptions:
+    """Check `config.sandbox` (`true` or a block) and return its options.
+
+    Raises:
+        ConfigError: listing every bad key, each saying how to fix it.
+    """
+    raw: Any = config.sandbox
+    if raw is True:
+        return SandboxOptions()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"must be true, false or a block of {', '.join(_KEYS)}; got {raw!r}")
+    problems: list[str] = []
+    for key in raw:
+        if key not in _KEYS:
+            problems.append(f"unknown key {key!r} (known: {', '.join(_KEYS)})")
+    network = raw.get("network", False)
+    unconfined = raw.get("unconfined", False)
+    approval = raw.get("approval", "always")
+    names = raw.get("env", [])
+    for key, value in (("network", network), ("unconfined", unconfined)):
+        if not isinstance(value, bool):
+            problems.append(f"{key}: must be true or false, got {value!r}")
+    if approval not in ("always", "never"):
+        problems.append(f"approval: must be 'always' or 'never', got {approval!r}")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        problems.append(f"env: must be a list of env names, got {names!r}")
+        names = []
+    declared = set(config.env.required) | set(config.env.optional)
+    for name in names:
+        if not _ENV_NAME.match(name):
+            problems.append(f"env: {name!r} is not a valid variable name")
+        elif name in RESERVED_ENV:
+            problems.append(f"env: {name!r} is set by the sandbox itself; remove it")
+    undeclared = [
+        n for n in names if _ENV_NAME.match(n) and n not in RESERVED_ENV and n not in declared
+    ]
+    if undeclared:
+        problems.append(
+            f"env: {', '.join(map(repr, undeclared))} not declared in agent.yaml `env` "
+            "(add them under env.required or env.optional)"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return SandboxOptions(
+        network=network, approval=approval, env=tuple(names), unconfined=unconfined
+    )
+
+
+def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
+    """Build bash and the file tools for `config`; called by the loader for `sandbox: true`.
+
+    Reads `TOREN_WORKSPACES`, `TOREN_SANDBOX_UNCONFINED` and PATH (for `bwrap`) from the
+    worker's environment, and runs bwrap once to check it works here.
+
+    Raises:
+        ConfigError: the block is invalid, or bash cannot be jailed on this worker and the
+            agent and operator did not both opt into unconfined mode.
+    """
+    options = parse_options(config)
+    root = workspace_root(os.environ)
+    jail = Jail(bwrap=_find_bwrap(config.name, options), network=options.network)
+    return [
+        _bash_tool(options, jail, root),
+        _read_file_tool(root),
+        _write_file_tool(root),
+        _edit_file_tool(root),
+    ]
+
+
+def _find_bwrap(agent: str, options: SandboxOptions) -> str | None:
+    """The path of a working bwrap, or None when unconfined mode is allowed; else raise."""
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        failure = probe(bwrap, options.network)
+        if failure is None:
+            return bwrap
+        problem = (
+            f"bubblewrap ({bwrap}) cannot create a sandbox on this worker: {failure}; "
+            "containers often forbid user namespaces: allow them (e.g. sysctl "
+            "kernel.unprivileged_userns_clone=1, or a seccomp/AppArmor profile that permits "
+            "unshare) or run the worker on a host or VM"
+        )
+    else:
+        problem = (
+            "bash needs bubblewrap, and `bwrap` is not on this worker's PATH; install it "
+            "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
+        )
+    allowed = {
+        n.strip() for n in os.environ.get("TOREN_SANDBOX_UNCONFINED", "").split(",") if n.strip()
+    }
+    if options.unconfined and agent in allowed:
+        log.warning(
+            "agent %r: running bash UNCONFINED (no bubblewrap): it can read this host's files "
+            "and use its network (%s)",
+            agent,
+            problem,
+        )
+        return None
+    raise ConfigError(
+        f"{problem}. To run bash unconfined instead, at your own risk, set `unconfined: true` "
+        f"in the sandbox block AND TOREN_SANDBOX_UNCONFINED={agent} on the worker"
+    )
+
+
+class BashArgs(BaseModel):
+    """Arguments of `bash`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(description="The bash script to run, e.g. `ls -la && cat README.md`.")
+    timeout_seconds: int = Field(
+        120,
+        ge=1,
+        le=MAX_TIMEOUT_S,
+        description="Kill the command after this many seconds (exit code 124).",
+    )
+
+
+class ReadFileArgs(BaseModel):
+    """Arguments of `read_file`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="Path relative to the workspace, e.g. `src/app.py`.")
+    offset: int = Field(1, ge=1, description="First line to show (1-based).")
+    limit: int = Field(2000, ge=1, le=2000, description="Most lines to show.")
+
+
+class WriteFileArgs(BaseModel):
+    """Arguments of `write_file`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="Path relative to the workspace, e.g. `src/app.py`.")
+    content: str = Field(description="The file's entire new content.")
+
+
+class EditFileArgs(BaseModel):
+    """Arguments of `edit_file`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="Path relative to the workspace, e.g. `src/app.py`.")
+    old_string: str = Field(description="Exact text to replace, unique in the file.")
+    new_string: str = Field(description="The text to put in its place.")
+    replace_all: bool = Field(False, description="Replace every occurrence, not just one.")
+
+
+def _bash_tool(options: SandboxOptions, jail: Jail, root: Path) -> Tool:
+    net = "has network access" if options.network else "has no network access"
+    where = "in an isolated sandbox" if jail.bwrap else "UNCONFINED on the worker host"
+
+    async def bash(args: BashArgs, ctx: ToolContext) -> dict[str, Any]:
+        workspace = workspace_dir(root, ctx.run_id)
+        env = _sandbox_env(options, ctx.env, ctx.idempotency_key)
+        return await jail.run(args.command, workspace, env, args.timeout_seconds)
+
+    return define_tool(
+        name="bash",
+        description=(
+            f"Run a bash command {where} whose working directory /workspace is this run's "
+            f"workspace (kept between calls; /tmp is not). It {net}. Returns exit_code, "
+            f"stdout and stderr; each keeps its first and last {KEEP_CHARS} characters."
+        ),
+        input=BashArgs,
+        # Its writes land in the run's workspace, not the outside world (with network off).
+        effects="sandbox",
+        # Re-running a command is not harmless (appends, moves, counters), so each call gets a
+        # stable key, exported as TOREN_IDEMPOTENCY_KEY for scripts that call out.
+        idempotency="keyed",
+        approval=options.approval,
+        # Above the largest timeout_seconds: our own kill fires first and returns the output.
+        timeout_ms=MAX_TIMEOUT_S * 1000 + TIMEOUT_MARGIN_MS,
+        # A call whose worker died may have half-run; running it again blind could double its
+        # effects, so it fails closed and the model inspects the workspace before retrying.
+        max_attempts=1,
+        handler=bash,
+    )
+
+
+def _read_file_tool(root: Path) -> Tool:
+    def handler(args: ReadFileArgs, ctx: ToolContext) -> str:
+        return read_file(workspace_dir(root, ctx.run_id), args.path, args.offset, args.limit)
+
+    return define_tool(
+        name="read_file",
+        description=(
+            "Read a text file in the workspace, as lines numbered like `cat -n`. Paths are "
+            "relative to the workspace. Use offset and limit to page through long files."
+        ),
+        input=ReadFileArgs,
+        effects="none",
+        idempotency="none",  # reading twice is harmless
+        approval="never",
+        timeout_ms=60_000,
+        handler=handler,
+    )
+
+
+def _write_file_tool(root: Path) -> Tool:
+    def handler(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
+        return write_file(workspace_dir(root, ctx.run_id), args.path, args.content)
+
+    return define_tool(
+        name="write_file",
+        description=(
+            "Create or overwrite a file in the workspace with the given content, creating "
+            "missing directories. Paths are relative to the workspace."
+        ),
+        input=WriteFileArgs,
+        effects="sandbox",
+        idempotency="none",  # writing the same content again leaves the same file
+        approval="never",
+        timeout_ms=60_000,
+        handler=handler,
+    )
+
+
+def _edit_file_tool(root: Path) -> Tool:
+    def handler(args: EditFileArgs, ctx: ToolContext) -> dict[str, Any]:
+        return edit_file(
+            workspace_dir(root, ctx.run_id),
+            args.path,
+            args.old_string,
+            args.new_string,
+            args.replace_all,
+        )
+
+    return define_tool(
+        name="edit_file",
+        description=(
+            "Replace exact text in a workspace file: old_string must occur exactly once unless "
+            "replace_all is true. Read the file first and copy the text exactly."
+        ),
+        input=EditFileArgs,
+        effects="sandbox",
+        idempotency="keyed",
+        approval="never",
+        timeout_ms=60_000,
+        # Applying an edit twice is not harmless (replace_all with new_string containing
+        # old_string grows each time), so a call interrupted by a worker death fails closed.
+        max_attempts=1,
+        handler=handler,
+    )
+
+
+def _sandbox_env(options: SandboxOptions, env: Mapping[str, str], key: str) -> dict[str, str]:
+    """The sandbox's whole environment: fixed names, the call's key and the listed env."""
+    result = {n: env[n] for n in options.env if n in env}
+    result.update(PATH=SANDBOX_PATH, LANG="C.UTF-8", TOREN_IDEMPOTENCY_KEY=key)
+    return result
