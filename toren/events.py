@@ -24,6 +24,8 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.converter import default as default_converter
 
+from toren.workflows.approvals import decision_problem
+
 __all__ = ["Event", "EventStream", "format_event", "render"]
 
 Event = dict[str, Any]
@@ -254,17 +256,11 @@ class _Renderer:
         if name not in ("approve", "deny"):
             return
         body = values[0] if len(values) == 1 else None
-        reason = None
         if len(values) != 1:
-            reason = f"expected one JSON object, got {len(values) or 'an empty payload'}"
-        elif not isinstance(body, dict):
-            reason = "expected a JSON object"
-        elif not isinstance(body.get("call_id"), str) or not body.get("call_id"):
-            reason = 'missing "call_id"'
-        elif body["call_id"] in self.decided:
-            reason = f"call {body['call_id']!r} was already decided"
-        elif body["call_id"] not in self.pending:
-            reason = f"unknown call_id {body['call_id']!r}"
+            what = "an empty payload" if not values else f"{len(values)} values"
+            reason: str | None = f"expected one JSON object, got {what}"
+        else:
+            reason = decision_problem(body, self.pending, self.decided)
         if reason is not None or not isinstance(body, dict):
             self.emit(event, "SignalRefused", signal=name, payload=values, reason=reason)
             return
@@ -273,9 +269,10 @@ class _Renderer:
             {
                 "call_id": body["call_id"],
                 "approved": name == "approve",
-                "by": body.get("by") or identity or "unknown",
+                "by": body.get("by") or "unknown",
                 "comment": body.get("comment") or "",
                 "via": "signal",
+                "identity": identity,
             },
         )
 
@@ -290,6 +287,7 @@ class _Renderer:
             by=decision.get("by"),
             comment=decision.get("comment", ""),
             via=decision.get("via", ""),
+            identity=decision.get("identity", ""),
         )
 
 

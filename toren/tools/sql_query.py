@@ -356,8 +356,11 @@ def _run_sqlite(path: Path, query: str, limit: int, timeout_ms: int) -> dict[str
             raise SqlQueryError(f"SQLite refused the query: {_describe(err)}") from None
         except sqlite3.Error as err:
             if denied:
+                # Name the statement's own action (DROP TABLE 't') over the schema-table write
+                # SQLite checks along the way (DELETE 'sqlite_master').
+                named = [d for d in denied if "sqlite_" not in d] or denied
                 raise SqlQueryError(
-                    f"SQLite refused the query: {denied[0]} is not allowed; {_READ_ONLY_HINT}"
+                    f"SQLite refused the query: {named[0]} is not allowed; {_READ_ONLY_HINT}"
                 ) from None
             if "interrupted" in str(err):
                 raise SqlQueryError(

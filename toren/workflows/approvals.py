@@ -8,13 +8,14 @@ run goes on waiting. A refusal is the safe answer: `{}` never approves the only 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from temporalio import workflow
 
 from toren.workflows.types import Decision, PendingApproval
 
-__all__ = ["APPROVE_HELP", "DECIDE_HELP", "DENY_HELP", "Approvals"]
+__all__ = ["APPROVE_HELP", "DECIDE_HELP", "DENY_HELP", "Approvals", "decision_problem"]
 
 APPROVE_HELP = (
     'Approve a waiting tool call. Data: {"call_id": "<id from pending_approvals>", '
@@ -101,21 +102,7 @@ class Approvals:
         return self._record(request, approved=bool(request["approve"]), via="update")
 
     def _problem(self, body: Any) -> str | None:
-        if not isinstance(body, dict):
-            return f"expected a JSON object, got {_json_type(body)}"
-        call_id = body.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            waiting = ", ".join(self.pending) or "none"
-            return f'missing "call_id" (waiting: {waiting})'
-        if call_id in self.decisions:
-            return f"call {call_id!r} was already decided"
-        if call_id not in self.pending:
-            waiting = ", ".join(self.pending) or "none"
-            return f"unknown call_id {call_id!r} (waiting: {waiting})"
-        for key in ("by", "comment"):
-            if body.get(key) is not None and not isinstance(body[key], str):
-                return f'"{key}" must be a string'
-        return None
+        return decision_problem(body, self.pending, self.decisions)
 
     def _record(self, body: dict[str, Any], approved: bool, via: str) -> Decision:
         decision = Decision(
@@ -177,6 +164,26 @@ class Approvals:
             last = self.refused[-1]
             text += f"\n\n_Last refused signal ({last['signal']}): {last['reason']}_"
         return text
+
+
+def decision_problem(body: Any, pending: Collection[str], decided: Collection[str]) -> str | None:
+    """Why a decision payload must be refused, or `None` when it decides a waiting call.
+
+    Shared by the workflow and the event-log renderer, so both tell the same story.
+    """
+    if not isinstance(body, dict):
+        return f"expected a JSON object, got {_json_type(body)}"
+    call_id = body.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        return f'missing "call_id" (waiting: {", ".join(pending) or "none"})'
+    if call_id in decided:
+        return f"call {call_id!r} was already decided"
+    if call_id not in pending:
+        return f"unknown call_id {call_id!r} (waiting: {', '.join(pending) or 'none'})"
+    for key in ("by", "comment"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            return f'"{key}" must be a string'
+    return None
 
 
 def _json_type(value: Any) -> str:

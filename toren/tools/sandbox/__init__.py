@@ -36,6 +36,8 @@ fresh `/proc`, a minimal `/dev`, an empty `/tmp` and the workspace, read-write. 
 so scripts with outside effects can dedupe on it) and the names listed in `env:`, which must
 also be declared in agent.yaml's `env`. The worker's own environment (Temporal keys, cloud
 credentials) never enters. Without `network: true` the sandbox has only its own loopback.
+Background jobs die with the call (the pid namespace ends with bash). Not limited: CPU,
+memory, process count and workspace disk use; bound them around the worker (cgroups, quotas).
 
 **Without bubblewrap.** A worker without a working `bwrap` refuses to serve a sandboxed agent:
 loading it fails with an error saying to install bubblewrap. The one way to run bash
@@ -182,9 +184,10 @@ def _find_bwrap(agent: str, options: SandboxOptions) -> str | None:
             return bwrap
         problem = (
             f"bubblewrap ({bwrap}) cannot create a sandbox on this worker: {failure}; "
-            "containers often forbid user namespaces: allow them (e.g. sysctl "
-            "kernel.unprivileged_userns_clone=1, or a seccomp/AppArmor profile that permits "
-            "unshare) or run the worker on a host or VM"
+            "hosts and containers often forbid user namespaces: allow them (sysctl "
+            "kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
+            "kernel.apparmor_restrict_unprivileged_userns=0; in Docker a seccomp and AppArmor "
+            "profile that permits unshare) or run the worker on a host or VM that does"
         )
     else:
         problem = (
@@ -253,8 +256,13 @@ class EditFileArgs(BaseModel):
 
 
 def _bash_tool(options: SandboxOptions, jail: Jail, root: Path) -> Tool:
-    net = "has network access" if options.network else "has no network access"
-    where = "in an isolated sandbox" if jail.bwrap else "UNCONFINED on the worker host"
+    if jail.bwrap:
+        net = "has network access" if options.network else "has no network access"
+        where = f"Run a bash command in an isolated sandbox that {net}."
+        kept = "The working directory /workspace is this run's workspace, kept between calls"
+    else:
+        where = "Run a bash command UNCONFINED on the worker host."
+        kept = "The working directory is this run's workspace, kept between calls"
 
     async def bash(args: BashArgs, ctx: ToolContext) -> dict[str, Any]:
         workspace = workspace_dir(root, ctx.run_id)
@@ -264,9 +272,9 @@ def _bash_tool(options: SandboxOptions, jail: Jail, root: Path) -> Tool:
     return define_tool(
         name="bash",
         description=(
-            f"Run a bash command {where} whose working directory /workspace is this run's "
-            f"workspace (kept between calls; /tmp is not). It {net}. Returns exit_code, "
-            f"stdout and stderr; each keeps its first and last {KEEP_CHARS} characters."
+            f"{where} {kept} (/tmp is not). Background jobs end with the call. Returns "
+            f"exit_code, stdout and stderr; each keeps its first and last {KEEP_CHARS} "
+            "characters."
         ),
         input=BashArgs,
         # Its writes land in the run's workspace, not the outside world (with network off).
