@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -146,8 +146,7 @@ async def cmd_decide(args: argparse.Namespace, approved: bool) -> int:
             comment=args.comment or "",
         )
     except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        print(f"refused: {cause.message if cause else err}", file=sys.stderr)  # type: ignore[union-attr]
+        print(f"refused: {getattr(err.cause, 'message', None) or err}", file=sys.stderr)
         return 1
     word = "approved" if decision.approved else "denied"
     print(f"{decision.call_id} {word} by {decision.by}")
@@ -244,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `toren` command."""
     args = _parser().parse_args(argv)
-    commands = {
+    commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "worker": cmd_worker,
         "run": cmd_run,
         "events": cmd_events,

@@ -85,11 +85,12 @@ async def decide(
             (the message says which calls wait).
     """
     handle = client.get_workflow_handle(run_id)
-    return await handle.execute_update(
+    decision: Decision = await handle.execute_update(
         "decide",
         {"call_id": call_id, "approve": approved, "by": by or client.identity, "comment": comment},
         result_type=Decision,
     )
+    return decision
 
 
 async def approve(
@@ -109,7 +110,10 @@ async def deny(
 async def pending(client: Client, run_id: str) -> list[PendingApproval]:
     """The run's calls waiting for a decision."""
     handle = client.get_workflow_handle(run_id)
-    return await handle.query("pending_approvals", result_type=list[PendingApproval])
+    calls: list[PendingApproval] = await handle.query(
+        "pending_approvals", result_type=list[PendingApproval]
+    )
+    return calls
 
 
 async def events(client: Client, run_id: str) -> list[Event]:

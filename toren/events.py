@@ -48,7 +48,7 @@ def _first(payloads: Payloads | None) -> Any:
 
 
 def _failure_text(failure: Any) -> str:
-    text = failure.message
+    text: str = failure.message
     cause = failure.cause if failure.HasField("cause") else None
     while cause is not None and cause.message:
         text += f": {cause.message}"
@@ -88,24 +88,26 @@ class _Renderer:
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             self._scheduled(event)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            a = event.activity_task_completed_event_attributes
-            self._completed(event, self.scheduled.get(a.scheduled_event_id), _first(a.result))
+            done = event.activity_task_completed_event_attributes
+            self._completed(event, self.scheduled.get(done.scheduled_event_id), _first(done.result))
         elif t in (
             EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
             EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
         ):
             if t == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-                a = event.activity_task_failed_event_attributes
+                failed = event.activity_task_failed_event_attributes
+                scheduled_id, failure = failed.scheduled_event_id, failed.failure
             else:
-                a = event.activity_task_timed_out_event_attributes  # type: ignore[assignment]
-            self._failed(event, self.scheduled.get(a.scheduled_event_id), _failure_text(a.failure))
+                timed_out = event.activity_task_timed_out_event_attributes
+                scheduled_id, failure = timed_out.scheduled_event_id, timed_out.failure
+            self._failed(event, self.scheduled.get(scheduled_id), _failure_text(failure))
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            a = event.workflow_execution_signaled_event_attributes
-            self._signal(event, a.signal_name, _decode(a.input), a.identity)
+            signaled = event.workflow_execution_signaled_event_attributes
+            self._signal(event, signaled.signal_name, _decode(signaled.input), signaled.identity)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-            a = event.workflow_execution_update_completed_event_attributes
-            if a.outcome.HasField("success"):
-                decision = _first(a.outcome.success)
+            update = event.workflow_execution_update_completed_event_attributes
+            if update.outcome.HasField("success"):
+                decision = _first(update.outcome.success)
                 if isinstance(decision, dict) and "approved" in decision:
                     self._resolved(event, decision)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
@@ -131,11 +133,11 @@ class _Renderer:
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
             self.emit(event, "RunCanceled")
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
-            a = event.workflow_execution_terminated_event_attributes
-            self.emit(event, "RunTerminated", reason=a.reason, by=a.identity)
+            terminated = event.workflow_execution_terminated_event_attributes
+            self.emit(event, "RunTerminated", reason=terminated.reason, by=terminated.identity)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-            a = event.workflow_execution_continued_as_new_event_attributes
-            self.emit(event, "RunContinuedAsNew", newRunId=a.new_execution_run_id)
+            continued = event.workflow_execution_continued_as_new_event_attributes
+            self.emit(event, "RunContinuedAsNew", newRunId=continued.new_execution_run_id)
 
     def _marker(self, event: HistoryEvent) -> None:
         a = event.marker_recorded_event_attributes

@@ -25,7 +25,8 @@ def input_schema(input: Any) -> dict[str, Any]:
     if input is None:
         return {"type": "object", "properties": {}, "additionalProperties": False}
     if isinstance(input, dict):
-        return json.loads(json.dumps(input))
+        copied: dict[str, Any] = json.loads(json.dumps(input))
+        return copied
     from pydantic import BaseModel
 
     if isinstance(input, type) and issubclass(input, BaseModel):

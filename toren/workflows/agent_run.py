@@ -139,7 +139,7 @@ class AgentRun:
         spec = self._require_spec()
         info = workflow.info()
         try:
-            reply = await workflow.execute_activity(
+            reply: ModelCallResult = await workflow.execute_activity(
                 "toren.call_model",
                 ModelCallInput(
                     agent=spec.name,
@@ -219,13 +219,14 @@ class AgentRun:
             return ApprovalCheck(gated=False, call_id=call_id, tool=tool.name)
         # Also for `always`: the recorded result is the ApprovalRequested entry of the event log.
         spec = self._require_spec()
-        return await workflow.execute_local_activity(
+        check: ApprovalCheck = await workflow.execute_local_activity(
             "toren.check_approval",
             args=[spec.name, tool.name, call_id, args],
             result_type=ApprovalCheck,
             start_to_close_timeout=timedelta(seconds=30),
             summary=f"approval policy of {tool.name}",
         )
+        return check
 
     async def _await_decision(
         self, tool: ToolSpec, call_id: str, args: dict[str, Any], reason: str
@@ -267,7 +268,7 @@ class AgentRun:
         else:
             close = DEFAULT_TOOL_TIMEOUT
         try:
-            return await workflow.execute_activity(
+            result: ToolCallResult = await workflow.execute_activity(
                 f"{spec.name}.{tool.name}",
                 ToolCallInput(
                     run_key=f"{info.workflow_id}/{info.run_id}",
@@ -288,6 +289,7 @@ class AgentRun:
                 ),
                 summary=_summary(tool.name, args),
             )
+            return result
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise

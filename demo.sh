@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Set everything up and run the demo agent end to end:
+#   venv + toren + the `temporal` CLI, the dev server (Web UI on :8233), a worker, and one run
+#   of examples/support that looks an order up, parks on a refund approval, and finishes when
+#   you approve it (Web UI, or `toren approve` in another terminal).
+#
+# Without a terminal (or with DEMO_AUTO_APPROVE=1) the script approves the refund itself after a
+# few seconds, so it also runs unattended. The model is the scripted mock unless OPENAI_API_KEY
+# or ANTHROPIC_API_KEY is set.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+if [[ ! -x .venv/bin/python ]]; then
+  echo "==> creating .venv with $python"
+  "$python" -m venv .venv
+fi
+echo "==> installing toren and its dev tools into .venv"
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+echo "==> starting the Temporal dev server"
+./temporal-dev.sh
+
+if [[ -n "${OPENAI_API_KEY:-}" ]]; then
+  model="openai/${DEMO_OPENAI_MODEL:-gpt-4o-mini}"
+elif [[ -n "${ANTHROPIC_API_KEY:-}" ]]; then
+  model="anthropic/${DEMO_ANTHROPIC_MODEL:-claude-3-5-haiku-latest}"
+else
+  model="mock/scripted"
+fi
+echo "==> model: $model$([[ $model == mock/* ]] && echo ' (set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real one)')"
+
+# The tools read this through ctx.env; it stays in the worker's environment, never in history.
+export SUPPORT_DESK_TOKEN="${SUPPORT_DESK_TOKEN:-demo-desk-token}"
+mkdir -p .toren
+.venv/bin/toren worker examples/support --model "$model" >.toren/demo-worker.log 2>&1 &
+worker=$!
+trap 'kill $worker 2>/dev/null || true' EXIT
+
+run_id="support-demo-$(date +%s)"
+if [[ ! -t 0 || "${DEMO_AUTO_APPROVE:-}" == 1 ]]; then
+  (
+    for _ in $(seq 1 120); do
+      call=$(.venv/bin/toren pending "$run_id" --json 2>/dev/null \
+        | .venv/bin/python -c 'import json,sys; c=json.load(sys.stdin); print(c[0]["call_id"] if c else "")' \
+        2>/dev/null || true)
+      if [[ -n "$call" ]]; then
+        sleep 3
+        echo "==> (no terminal: approving $call as demo-script)"
+        .venv/bin/toren approve "$run_id" "$call" --by demo-script --comment "auto-approved by demo.sh"
+        exit 0
+      fi
+      sleep 0.5
+    done
+  ) &
+fi
+
+.venv/bin/toren run examples/support "Order A-1001 arrived broken. Please refund it." --id "$run_id"
+echo
+echo "==> the run as an event log:   .venv/bin/toren events $run_id"
+echo "==> in the Web UI:             http://localhost:8233/namespaces/default/workflows/$run_id"
+echo "==> stop the dev server with:  ./temporal-dev.sh stop"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run the test suite (lint, types, tests) against a real Temporal dev server that the tests
+# start themselves. Sets up .venv first if needed. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+if [[ ! -x .venv/bin/python ]]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+echo "==> ruff"
+.venv/bin/ruff check toren tests examples
+.venv/bin/ruff format --check toren tests examples
+echo "==> mypy --strict toren"
+.venv/bin/mypy toren
+echo "==> pytest"
+.venv/bin/pytest "$@"
