@@ -3,10 +3,11 @@
 ```
 toren worker examples/support               serve an agent (until Ctrl-C)
 toren run examples/support "Refund A-1001"  start a run and follow it live
-toren pending RUN                           calls waiting for a decision
+toren pending [RUN]                         calls waiting for a decision (no RUN: all)
 toren approve RUN CALL_ID --by alice        approve one (deny works the same)
 toren events RUN [--json]                   the run's history as an event log
 toren check examples/support                load, validate, print tools and schemas
+toren setup                                 register toren's search attributes
 ```
 
 Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...).
@@ -123,6 +124,8 @@ async def cmd_events(args: argparse.Namespace) -> int:
 
 async def cmd_pending(args: argparse.Namespace) -> int:
     client = await _connect()
+    if not args.run_id:
+        return await _inbox(client, args)
     calls = await toren_client.pending(client, args.run_id)
     if args.json:
         print(json.dumps([c.__dict__ for c in calls], indent=2))
@@ -131,6 +134,51 @@ async def cmd_pending(args: argparse.Namespace) -> int:
         print(f"no call of {args.run_id} is waiting for approval")
     for c in calls:
         print(f"{c.call_id}  {c.tool}({json.dumps(c.args)})  since {c.requested_at}  [{c.reason}]")
+    return 0
+
+
+async def _inbox(client: Client, args: argparse.Namespace) -> int:
+    items = await toren_client.inbox(client, agent=args.agent)
+    if args.json:
+        rows = [
+            {
+                "run_id": i.run_id,
+                "agent": i.agent,
+                "age_s": i.age.total_seconds(),
+                **i.call.__dict__,
+            }
+            for i in items
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not items:
+        print(f"no call is waiting for approval in namespace {client.namespace!r}")
+    for i in items:
+        age = _age(i.age.total_seconds())
+        print(f"{i.run_id}  {i.call.call_id}  {i.call.tool}({json.dumps(i.call.args)})  {age} ago")
+        print(f"    toren approve {i.run_id} {i.call.call_id}")
+    return 0
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+async def cmd_setup(args: argparse.Namespace) -> int:
+    from toren import search_attributes
+
+    client = await _connect()
+    added = await search_attributes.register(client)
+    if added:
+        print(f"registered {', '.join(added)} in namespace {client.namespace!r}")
+    else:
+        print(f"namespace {client.namespace!r} already has toren's search attributes")
     return 0
 
 
@@ -225,9 +273,14 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--by", help="who decides (default: your user name)")
         p.add_argument("--comment", help="why (the model sees it on a denial)")
 
-    p = sub.add_parser("pending", help="calls of a run waiting for a decision")
-    p.add_argument("run_id")
+    p = sub.add_parser(
+        "pending", help="calls waiting for a decision: of one run, or (no RUN) the inbox"
+    )
+    p.add_argument("run_id", nargs="?")
+    p.add_argument("--agent", help="with no RUN: only this agent's runs")
     p.add_argument("--json", action="store_true")
+
+    sub.add_parser("setup", help="register toren's search attributes in the namespace")
 
     p = sub.add_parser("events", help="a run's history as an event log")
     p.add_argument("run_id")
@@ -249,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "events": cmd_events,
         "pending": cmd_pending,
         "check": cmd_check,
+        "setup": cmd_setup,
         "approve": lambda a: cmd_decide(a, True),
         "deny": lambda a: cmd_decide(a, False),
     }

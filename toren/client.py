@@ -18,15 +18,29 @@ A run is also startable without toren: `AgentRun` takes a plain JSON object
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributeKey
 
 from toren.events import Event, render
 from toren.workflows.types import Decision, PendingApproval, RunInput, RunResult
 
-__all__ = ["approve", "decide", "deny", "events", "pending", "run_agent", "start_run"]
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+
+__all__ = [
+    "InboxItem",
+    "approve",
+    "decide",
+    "deny",
+    "events",
+    "inbox",
+    "pending",
+    "run_agent",
+    "start_run",
+]
 
 
 async def start_run(
@@ -120,3 +134,37 @@ async def events(client: Client, run_id: str) -> list[Event]:
     """The run's history rendered as Toren's event log."""
     history = await client.get_workflow_handle(run_id).fetch_history()
     return render(history)
+
+
+@dataclass
+class InboxItem:
+    """A call waiting for a decision, somewhere in the namespace."""
+
+    run_id: str
+    agent: str
+    call: PendingApproval
+
+    @property
+    def age(self) -> timedelta:
+        """How long the call has waited."""
+        since = datetime.fromisoformat(self.call.requested_at)
+        return datetime.now(since.tzinfo) - since
+
+
+async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
+    """Every call waiting for a decision in the namespace (oldest first).
+
+    Uses the `TorenStatus` search attribute (visibility), then asks each waiting run.
+    """
+    query = 'WorkflowType = "AgentRun" AND TorenStatus = "waiting_approval"'
+    if agent:
+        query += f' AND TorenAgent = "{agent}"'
+    items: list[InboxItem] = []
+    async for execution in client.list_workflows(query):
+        try:
+            calls = await pending(client, execution.id)
+        except Exception:  # finished between the listing and the query
+            continue
+        name = execution.typed_search_attributes.get(AGENT_KEY) or ""
+        items += [InboxItem(run_id=execution.id, agent=name, call=c) for c in calls]
+    return sorted(items, key=lambda i: i.call.requested_at)

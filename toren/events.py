@@ -271,7 +271,8 @@ class _Renderer:
             {
                 "call_id": body["call_id"],
                 "approved": name == "approve",
-                "by": body.get("by") or "unknown",
+                # Who decided: the payload's `by`, else the sender Temporal recorded.
+                "by": body.get("by") or identity or "unknown",
                 "comment": body.get("comment") or "",
                 "via": "signal",
                 "identity": identity,

@@ -31,6 +31,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal, overload
 
 from toren.errors import ConfigError
@@ -171,7 +172,7 @@ def define_tool(
     approval: Approval = "never",
     timeout_ms: int | None = None,
     max_attempts: int | None = None,
-    approval_timeout_s: float | None = None,
+    approval_timeout: float | timedelta | None = None,
 ) -> Tool: ...
 
 
@@ -187,7 +188,7 @@ def define_tool(
     approval: Approval = "never",
     timeout_ms: int | None = None,
     max_attempts: int | None = None,
-    approval_timeout_s: float | None = None,
+    approval_timeout: float | timedelta | None = None,
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -202,12 +203,14 @@ def define_tool(
     approval: Approval = "never",
     timeout_ms: int | None = None,
     max_attempts: int | None = None,
-    approval_timeout_s: float | None = None,
+    approval_timeout: float | timedelta | None = None,
 ) -> Tool | Callable[[Handler], Tool]:
     """Declare a tool and its durability contract.
 
     Use it as `tool = define_tool(..., handler=fn)` or as a decorator
     `@define_tool(description=...)` over the handler. The name defaults to the file's stem.
+    `approval_timeout` (seconds or a `timedelta`) denies a gated call nobody decided in time;
+    by default it waits forever (or the agent's `limits.approvalTimeoutMin`).
 
     Raises:
         ConfigError: a field has a wrong value; names the tool and every bad field.
@@ -224,7 +227,11 @@ def define_tool(
             approval=approval,
             timeout_ms=timeout_ms,
             max_attempts=max_attempts,
-            approval_timeout_s=approval_timeout_s,
+            approval_timeout_s=(
+                approval_timeout.total_seconds()
+                if isinstance(approval_timeout, timedelta)
+                else approval_timeout
+            ),
         )
         tool.source = _caller_file()
         _check(tool)
@@ -273,7 +280,7 @@ def _check(tool: Tool) -> None:
         not isinstance(tool.approval_timeout_s, int | float) or tool.approval_timeout_s <= 0
     ):
         problems.append(
-            f"{label}: approval_timeout_s must be a positive number, "
+            f"{label}: approval_timeout must be a positive number of seconds or a timedelta, "
             f"got {tool.approval_timeout_s!r}"
         )
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from toren import search_attributes
 from toren.activities.runtime import AgentRuntime
 from toren.agent import Agent
 from toren.errors import RunError
@@ -35,6 +36,18 @@ log = logging.getLogger("toren")
 
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 """How long in-flight calls may finish after SIGTERM before they are handed back to Temporal."""
+
+
+async def _check_search_attributes(client: Client, runtime: AgentRuntime) -> None:
+    runtime.search_attributes = await search_attributes.registered(client)
+    absent = [n for n in search_attributes.SEARCH_ATTRIBUTES if n not in runtime.search_attributes]
+    if absent:
+        log.warning(
+            "namespace %r lacks search attributes %s: runs work, but the approval inbox "
+            "(`toren pending` without a run id) cannot see them; run `toren setup` to add them",
+            client.namespace,
+            ", ".join(absent),
+        )
 
 
 def build_workers(
@@ -71,6 +84,7 @@ async def serve(
     runtime = AgentRuntime.load(
         folders, os.environ if environ is None else environ, models, model_override
     )
+    await _check_search_attributes(client, runtime)
     workers = build_workers(client, runtime, graceful_shutdown_timeout)
     async with contextlib.AsyncExitStack() as stack:
         for worker in workers:
@@ -90,6 +104,7 @@ async def run_worker(
 
     runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
     client = client or await connect()
+    await _check_search_attributes(client, runtime)
     workers = build_workers(client, runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

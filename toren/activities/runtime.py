@@ -53,7 +53,7 @@ class LoadedAgent:
     provider: ModelProvider
     model: str
 
-    def spec(self) -> AgentSpec:
+    def spec(self, search_attributes: Sequence[str] = ()) -> AgentSpec:
         """The spec the workflow records once per run."""
         limits = self.agent.config.limits
         return AgentSpec(
@@ -80,6 +80,7 @@ class LoadedAgent:
                 limits.approval_timeout_min * 60 if limits.approval_timeout_min else None
             ),
             max_tokens=self.agent.config.max_tokens,
+            search_attributes=list(search_attributes),
         )
 
     def secrets(self) -> list[str]:
@@ -93,6 +94,8 @@ class AgentRuntime:
     def __init__(self, agents: Sequence[LoadedAgent]) -> None:
         self.agents: dict[str, LoadedAgent] = {a.agent.name: a for a in agents}
         self.transcripts = TranscriptCache()
+        self.search_attributes: list[str] = []
+        """toren's search attributes the namespace has; set by the worker at start."""
 
     @classmethod
     def load(
@@ -166,7 +169,7 @@ class AgentRuntime:
     @activity.defn(name="toren.agent_spec")
     async def agent_spec(self, agent: str) -> AgentSpec:
         """Record the agent's spec (schemas and policies) in the run's history."""
-        return self._get(agent).spec()
+        return self._get(agent).spec(self.search_attributes)
 
     @activity.defn(name="toren.check_approval")
     async def check_approval(

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -45,6 +45,9 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
 """Start-to-close for a tool without `timeout_ms` (heartbeats catch a dead worker sooner)."""
 MODEL_TIMEOUT = timedelta(minutes=5)
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
+PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -69,7 +72,9 @@ class AgentRun:
         self._call_ids: set[str] = set()
         self._arguments: dict[str, Any] = {}
         self._attachments: list[str] = []
-        self._approvals = approvals.Approvals()
+        self._approvals = approvals.Approvals(on_change=self._sync_status)
+        self._status = ""
+        self._pending_count = -1
 
     # -- the run --------------------------------------------------------------------------
 
@@ -94,9 +99,36 @@ class AgentRun:
             self._append(message, {"input": True})
         self._append({"role": "user", "content": input.prompt}, {"input": True})
         self._approvals.publish()
-        if self._spec.max_wall_clock_min is None:
-            return await self._loop()
-        return await self._with_wall_clock(self._spec.max_wall_clock_min)
+        self._sync_status()
+        try:
+            if self._spec.max_wall_clock_min is None:
+                result = await self._loop()
+            else:
+                result = await self._with_wall_clock(self._spec.max_wall_clock_min)
+        except RunError:
+            self._sync_status("failed")
+            raise
+        self._sync_status("completed")
+        return result
+
+    def _sync_status(self, final: str | None = None) -> None:
+        """Keep toren's search attributes current (only those the namespace has)."""
+        spec = self._spec
+        if spec is None or not spec.search_attributes:
+            return
+        have = set(spec.search_attributes)
+        pending = len(self._approvals.pending)
+        status = final or ("waiting_approval" if pending else "running")
+        updates: list[SearchAttributeUpdate[Any]] = []
+        if not self._status and "TorenAgent" in have:
+            updates.append(AGENT_KEY.value_set(spec.name))
+        if status != self._status and "TorenStatus" in have:
+            updates.append(STATUS_KEY.value_set(status))
+        if pending != self._pending_count and "TorenPendingApprovals" in have:
+            updates.append(PENDING_KEY.value_set(pending))
+        self._status, self._pending_count = status, pending
+        if updates:
+            workflow.upsert_search_attributes(updates)
 
     async def _with_wall_clock(self, minutes: float) -> RunResult:
         loop = asyncio.ensure_future(self._loop())

@@ -8,7 +8,7 @@ run goes on waiting. A refusal is the safe answer: `{}` never approves the only 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from temporalio import workflow
@@ -34,7 +34,8 @@ DECIDE_HELP = (
 class Approvals:
     """Pending approvals, decisions and refusals of one run."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self._on_change = on_change or (lambda: None)
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, Decision] = {}
         self.refused: list[dict[str, Any]] = []
@@ -46,6 +47,7 @@ class Approvals:
         self.pending[pending.call_id] = pending
         workflow.logger.info("tool call %s (%s) waits for approval", pending.call_id, pending.tool)
         self.publish()
+        self._on_change()
 
     def decided(self, call_id: str) -> bool:
         """Whether `call_id` has a decision."""
@@ -68,6 +70,7 @@ class Approvals:
         """The decision on `call_id`; the call stops being pending."""
         self.pending.pop(call_id, None)
         self.publish()
+        self._on_change()
         return self.decisions[call_id]
 
     def pending_list(self) -> list[PendingApproval]:

@@ -85,6 +85,8 @@ class AgentSpec:
     max_wall_clock_min: float | None = None
     approval_timeout_s: float | None = None
     max_tokens: int = 4096
+    search_attributes: list[str] = field(default_factory=list)
+    """toren's search attributes registered on the namespace (only these are set)."""
 
 
 @dataclass

@@ -1,0 +1,137 @@
+"""The approval inbox across runs: search attributes kept current, `toren pending` with no run,
+and a namespace without the attributes still running every workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+
+from tests.conftest import DevServer, fetch_history, task_failures, wait_for
+from toren import client as toren_client
+from toren import search_attributes
+from toren.connect import connect
+from toren.worker import serve
+
+GATED = """
+from toren import define_tool
+tool = define_tool(
+    description="Needs a person.",
+    input={"type": "object", "properties": {"n": {"type": "integer"}}},
+    approval="always",
+    handler=lambda a, c: "ran",
+)
+"""
+
+STATUS = SearchAttributeKey.for_keyword("TorenStatus")
+PENDING = SearchAttributeKey.for_int("TorenPendingApprovals")
+AGENT = SearchAttributeKey.for_keyword("TorenAgent")
+
+
+async def test_inbox_lists_waiting_calls_across_runs(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent(
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {"n": 1}}]}, "done"],
+    )
+    async with serve(client, [folder]):
+        runs = [await toren_client.start_run(client, folder.name, f"run {i}") for i in range(2)]
+
+        async def both_listed() -> list[toren_client.InboxItem]:
+            items = await toren_client.inbox(client, agent=folder.name)
+            return items if len(items) == 2 else []
+
+        items = await wait_for(both_listed, timeout=30)
+        assert {i.run_id for i in items} == {r.id for r in runs}
+        assert all(i.call.tool == "gated" and i.agent == folder.name for i in items)
+        desc = await runs[0].describe()
+        assert desc.typed_search_attributes.get(STATUS) == "waiting_approval"
+        assert desc.typed_search_attributes.get(PENDING) == 1
+        assert desc.typed_search_attributes.get(AGENT) == folder.name
+
+        env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "toren.cli", "pending", "--agent", folder.name],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        for r in runs:
+            assert f"toren approve {r.id} g1" in out.stdout
+
+        for r in runs:
+            await toren_client.approve(client, r.id, "g1", by="ops")
+            await r.result()
+        desc = await runs[0].describe()
+        assert desc.typed_search_attributes.get(STATUS) == "completed"
+        assert desc.typed_search_attributes.get(PENDING) == 0
+        await wait_for(lambda: _empty(toren_client.inbox(client, agent=folder.name)), timeout=30)
+
+
+async def _empty(items: Awaitable[list[toren_client.InboxItem]]) -> bool:
+    return not await items
+
+
+async def test_namespace_without_the_attributes_still_runs_and_setup_adds_them(
+    client: Client,
+    make_agent: Callable[..., Path],
+    dev_server: DevServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    namespace = f"bare-{uuid.uuid4().hex[:8]}"
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=_days(1))
+    )
+    bare = await wait_for(lambda: _connect_when_ready(dev_server.address, namespace), timeout=60)
+    assert await search_attributes.missing(bare) == list(search_attributes.SEARCH_ATTRIBUTES)
+    folder = make_agent(
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {}}]}, "done"],
+    )
+    caplog.set_level(logging.WARNING, logger="toren")
+    async with serve(bare, [folder]):
+        handle = await toren_client.start_run(bare, folder.name, "go")
+        await wait_for(lambda: toren_client.pending(bare, handle.id))
+        await toren_client.approve(bare, handle.id, "g1")
+        result = await handle.result()
+    assert result.text == "done"
+    assert "lacks search attributes TorenAgent, TorenStatus, TorenPendingApprovals" in caplog.text
+    assert not task_failures(await fetch_history(bare, handle.id))
+
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": namespace}
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "toren.cli", "setup"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "registered TorenAgent, TorenStatus, TorenPendingApprovals" in out.stdout
+    assert await search_attributes.missing(bare) == []
+
+
+def _days(n: int) -> Duration:
+    d = Duration()
+    d.FromTimedelta(timedelta(days=n))
+    return d
+
+
+async def _connect_when_ready(address: str, namespace: str) -> Client | None:
+    try:
+        c = await connect(target_host=address, namespace=namespace)
+        await c.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+        return c
+    except Exception:
+        return None
