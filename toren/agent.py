@@ -167,6 +167,13 @@ def load_agent(folder: str | Path) -> Agent:
             )
         else:
             tools[tool.name] = tool
+    for tool in tools.values():
+        for name in tool.uses:
+            if name not in tools:
+                problems.append(
+                    f"{tool.source}: uses: tool {tool.name!r} lists {name!r}, which the agent "
+                    f"does not have (its tools: {', '.join(sorted(tools))})"
+                )
     if problems:
         raise ConfigError(problems)
     return Agent(config=config, folder=folder, instructions=instructions, tools=tools)

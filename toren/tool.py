@@ -29,15 +29,25 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, overload
 
+from toren.context import ToolContext, ToolResult, Variable
 from toren.errors import ConfigError
 from toren.schema import check_schema, input_schema
 
-__all__ = ["Approval", "Effects", "Idempotency", "Tool", "ToolContext", "define_tool"]
+__all__ = [
+    "Approval",
+    "Effects",
+    "Idempotency",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "Variable",
+    "define_tool",
+]
 
 Effects = Literal["none", "sandbox", "external"]
 Idempotency = Literal["keyed", "none"]
@@ -47,34 +57,6 @@ Handler = Callable[[Any, "ToolContext"], Any | Awaitable[Any]]
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _EFFECTS = ("none", "sandbox", "external")
 _IDEMPOTENCY = ("keyed", "none")
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a handler may use besides its arguments.
-
-    Handlers read configuration from `env` only, never from `os.environ`: it holds exactly the
-    names the agent declared in agent.yaml.
-    """
-
-    env: Mapping[str, str]
-    """The agent's declared env values, read from the worker's environment at start."""
-    idempotency_key: str
-    """`<workflow id>:<step>:<tool-use id>`; identical on every attempt of one call."""
-    run_id: str
-    """The run's workflow id."""
-    call_id: str
-    """The model's tool-use id of this call."""
-    agent: str
-    """The agent's name."""
-    tool: str
-    """This tool's name."""
-    attempt: int = 1
-    """Which attempt of this call this is (1 on the first; more after a worker died)."""
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-    """The run's invocation `arguments` (read-only)."""
-    attachments: tuple[str, ...] = ()
-    """Ids of the files attached to the run (`RunInput.attachments`)."""
 
 
 @dataclass
@@ -101,6 +83,10 @@ class Tool:
     """Starts of one call (after worker deaths) before it fails closed; `None`: at-least-once."""
     approval_timeout_s: float | None = None
     """Seconds a gated call waits for a decision before it is denied; `None`: forever."""
+    uses: tuple[str, ...] = ()
+    """Tools this one may call with `ctx.invoke_tool` (checked when the agent loads)."""
+    variables: tuple[Variable, ...] = ()
+    """Env values this tool needs, resolved from the worker's environment before each call."""
     schema: dict[str, Any] = field(default_factory=dict)
     """The JSON Schema the model sees, derived from `input`."""
     source: str | None = None
@@ -127,8 +113,8 @@ class Tool:
             return bool(self.approval(self.parse_args(args)))
         return self.approval == "always"
 
-    async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
-        """Run the handler on `args` and encode its result as the string the model sees."""
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run the handler on `args`; its return value as a `ToolResult`."""
         parsed = self.parse_args(args)
         if inspect.iscoroutinefunction(self.handler):
             result = await self.handler(parsed, ctx)
@@ -137,7 +123,13 @@ class Tool:
             result = await asyncio.to_thread(self.handler, parsed, ctx)
             if inspect.isawaitable(result):
                 result = await result
-        return encode_result(result)
+        if isinstance(result, ToolResult):
+            return result
+        return ToolResult(result=encode_result(result))
+
+    async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Run the handler on `args` and return the text the model sees."""
+        return (await self.call(args, ctx)).text
 
 
 def encode_result(result: Any) -> str:
@@ -173,6 +165,8 @@ def define_tool(
     timeout_ms: int | None = None,
     max_attempts: int | None = None,
     approval_timeout: float | timedelta | None = None,
+    uses: Sequence[str] = (),
+    variables: Sequence[Variable] = (),
 ) -> Tool: ...
 
 
@@ -189,6 +183,8 @@ def define_tool(
     timeout_ms: int | None = None,
     max_attempts: int | None = None,
     approval_timeout: float | timedelta | None = None,
+    uses: Sequence[str] = (),
+    variables: Sequence[Variable] = (),
 ) -> Callable[[Handler], Tool]: ...
 
 
@@ -204,6 +200,8 @@ def define_tool(
     timeout_ms: int | None = None,
     max_attempts: int | None = None,
     approval_timeout: float | timedelta | None = None,
+    uses: Sequence[str] = (),
+    variables: Sequence[Variable] = (),
 ) -> Tool | Callable[[Handler], Tool]:
     """Declare a tool and its durability contract.
 
@@ -232,6 +230,8 @@ def define_tool(
                 if isinstance(approval_timeout, timedelta)
                 else approval_timeout
             ),
+            uses=tuple(uses),
+            variables=tuple(variables),
         )
         tool.source = _caller_file()
         _check(tool)
@@ -289,5 +289,13 @@ def _check(tool: Tool) -> None:
         problems.append(f"{label}: input: {err}")
     else:
         problems += [f"{label}: input: {p}" for p in check_schema(tool.schema)]
+    for name in tool.uses:
+        if not isinstance(name, str) or not _NAME.match(name):
+            problems.append(f"{label}: uses: {name!r} is not a tool name")
+    for var in tool.variables:
+        if not isinstance(var, Variable):
+            problems.append(f"{label}: variables: {var!r} is not a Variable(name, ...)")
+        elif var.type not in ("text", "secret"):
+            problems.append(f"{label}: variables: {var.name!r} type must be 'text' or 'secret'")
     if problems:
         raise ConfigError(problems)

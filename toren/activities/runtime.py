@@ -21,10 +21,16 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from toren.activities.tool_call import (
+    missing_variables,
+    redact,
+    run_tool_call,
+    validation_text,
+)
 from toren.agent import Agent, load_agent
 from toren.errors import ConfigError
 from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
-from toren.tool import Tool, ToolContext
+from toren.tool import Tool
 from toren.transcript import TranscriptCache, tool_message
 from toren.workflows.types import (
     AgentSpec,
@@ -125,6 +131,16 @@ class AgentRuntime:
                 if model_override:
                     agent.config = agent.config.model_copy(update={"model": model})
                 env = agent.resolve_env(environ)
+                for tool in agent.tools.values():
+                    absent = missing_variables(tool, environ)
+                    if absent:
+                        log.warning(
+                            "tool %s.%s needs variable(s) %s, missing here: its calls will "
+                            "fail until they are set",
+                            agent.name,
+                            tool.name,
+                            ", ".join(absent),
+                        )
                 provider = (models or {}).get(model) or provider_for(model, env, agent.folder)
                 loaded.append(LoadedAgent(agent=agent, env=env, provider=provider, model=model))
             except ConfigError as err:
@@ -185,7 +201,7 @@ class AgentRuntime:
             check.gated = t.needs_approval(args)
             check.reason = "its approval predicate matched" if check.gated else ""
         except ValidationError as err:
-            check.error = _validation_text(err)
+            check.error = validation_text(err)
         except Exception as err:
             # A broken predicate gates the call: asking a person is the safe answer.
             log.warning("approval predicate of %s.%s raised %r; gating the call", agent, tool, err)
@@ -219,7 +235,7 @@ class AgentRuntime:
                 reply = await loaded.provider.complete(request)
             except ModelHTTPError as err:
                 raise ApplicationError(
-                    _redact(str(err), loaded.secrets()),
+                    redact(str(err), loaded.secrets()),
                     type="ModelHTTPError",
                     non_retryable=not err.retryable,
                     next_retry_delay=(
@@ -244,7 +260,8 @@ class AgentRuntime:
 
         @activity.defn(name=name)
         async def run_tool(input: ToolCallInput) -> ToolCallResult:
-            result = await _run_tool(loaded, tool, input)
+            async with _heartbeating():
+                result = await run_tool_call(loaded, tool, input)
             cache.put_tool_result(
                 input.run_key,
                 input.call_id,
@@ -253,40 +270,6 @@ class AgentRuntime:
             return result
 
         return run_tool
-
-
-async def _run_tool(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -> ToolCallResult:
-    info = activity.info()
-    ctx = ToolContext(
-        env=dict(loaded.env),
-        idempotency_key=input.idempotency_key,
-        run_id=info.workflow_id or "",
-        call_id=input.call_id,
-        agent=loaded.agent.name,
-        tool=tool.name or "",
-        attempt=info.attempt,
-        arguments=dict(input.arguments or {}),
-        attachments=tuple(input.attachments or ()),
-    )
-    timeout = tool.timeout_ms / 1000 if tool.timeout_ms else None
-    async with _heartbeating():
-        try:
-            content = await asyncio.wait_for(tool.invoke(input.args, ctx), timeout)
-        except TimeoutError:
-            return ToolCallResult(f"tool {tool.name} timed out after {tool.timeout_ms}ms", True)
-        except ValidationError as err:
-            return ToolCallResult(
-                f"invalid arguments for {tool.name}: {_validation_text(err)}", True
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:
-            if isinstance(err, ApplicationError) and not err.non_retryable:
-                # The handler asked Temporal to retry (e.g. an upstream 429/5xx), per max_attempts.
-                raise
-            text = f"tool {tool.name} failed: {type(err).__name__}: {err}"
-            return ToolCallResult(_redact(text, loaded.secrets()), True)
-    return ToolCallResult(content)
 
 
 @contextlib.asynccontextmanager
@@ -305,17 +288,3 @@ async def _heartbeating() -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def _redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-    return text
-
-
-def _validation_text(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors()[:5]:
-        where = ".".join(str(p) for p in e["loc"])
-        parts.append(f"{where}: {e['msg']}" if where else e["msg"])
-    return "; ".join(parts)

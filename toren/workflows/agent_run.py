@@ -45,6 +45,8 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
 """Start-to-close for a tool without `timeout_ms` (heartbeats catch a dead worker sooner)."""
 MODEL_TIMEOUT = timedelta(minutes=5)
+MAX_QUEUE_ROUNDS = 10
+"""Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
 PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
@@ -73,6 +75,9 @@ class AgentRun:
         self._arguments: dict[str, Any] = {}
         self._attachments: list[str] = []
         self._approvals = approvals.Approvals(on_change=self._sync_status)
+        self._state: dict[str, Any] = {}
+        self._events: list[dict[str, Any]] = []
+        self._queued = 0
         self._status = ""
         self._pending_count = -1
 
@@ -163,9 +168,7 @@ class AgentRun:
                     tool_calls=self._tool_calls,
                     usage=dict(self._usage),
                 )
-            results = await asyncio.gather(*(self._run_call(c) for c in calls))
-            for message, ref in results:
-                self._append(message, ref)
+            await self._run_turn(calls)
 
     async def _call_model(self) -> ModelCallResult:
         spec = self._require_spec()
@@ -207,9 +210,76 @@ class AgentRun:
         self._digest = chain(self._digest, message)
         self._tail.append(ref)
 
+    async def _run_turn(self, calls: list[dict[str, Any]]) -> None:
+        """Run one turn's calls concurrently, then what they queued, then apply their changes.
+
+        Results enter the transcript in call order; so do state writes (the last writer in call
+        order wins). Queued tools run after the turn's calls, as if the model had asked for
+        them; injected messages come last, right before the model's next step.
+        """
+        injected: list[Message] = []
+        rounds = 0
+        while calls:
+            results = await asyncio.gather(*(self._run_call(c) for c in calls))
+            queued: list[dict[str, Any]] = []
+            for message, ref, changes in results:
+                self._append(message, ref)
+                self._apply(message, changes, injected, queued)
+            calls = []
+            if queued and rounds >= MAX_QUEUE_ROUNDS:
+                names = ", ".join(q["name"] for q in queued)
+                injected.append(
+                    {
+                        "role": "user",
+                        "content": f"(toren: queued tool calls dropped after {rounds} rounds "
+                        f"of queued calls: {names})",
+                    }
+                )
+            elif queued:
+                rounds += 1
+                for q in queued:
+                    self._queued += 1
+                    calls.append(
+                        {
+                            "id": f"queued_{self._step}_{self._queued}",
+                            "name": q["name"],
+                            "arguments": json.dumps(q.get("args") or {}),
+                        }
+                    )
+                # As if the model had asked: an assistant turn holding the queued calls.
+                turn = {"role": "assistant", "content": "", "tool_calls": calls, "queued": True}
+                self._append(turn, {"message": turn})
+        for message in injected:
+            self._append(message, {"message": message})
+
+    def _apply(
+        self,
+        message: Message,
+        changes: dict[str, Any] | None,
+        injected: list[Message],
+        queued: list[dict[str, Any]],
+    ) -> None:
+        if not changes:
+            return
+        self._state.update(changes.get("state") or {})
+        for event in changes.get("events") or []:
+            self._events.append(
+                {
+                    **event,
+                    "tool": message.get("name"),
+                    "call_id": message.get("tool_call_id"),
+                    "step": self._step,
+                    "at": workflow.now().isoformat(),
+                }
+            )
+        injected += changes.get("messages") or []
+        queued += changes.get("queued") or []
+
     # -- one tool call --------------------------------------------------------------------
 
-    async def _run_call(self, call: dict[str, Any]) -> tuple[Message, dict[str, Any]]:
+    async def _run_call(
+        self, call: dict[str, Any]
+    ) -> tuple[Message, dict[str, Any], dict[str, Any] | None]:
         """Run one tool call under its contract; return its result message and how to cite it."""
         spec = self._require_spec()
         name = str(call.get("name", ""))
@@ -218,9 +288,9 @@ class AgentRun:
         self._call_ids.add(call_id)
         self._tool_calls += 1
 
-        def error(text: str) -> tuple[Message, dict[str, Any]]:
+        def error(text: str) -> tuple[Message, dict[str, Any], None]:
             message = tool_message(use_id, name, text, True)
-            return message, {"message": message}
+            return message, {"message": message}, None
 
         tool = next((t for t in spec.tools if t.name == name), None)
         if tool is None:
@@ -242,7 +312,7 @@ class AgentRun:
 
         result = await self._execute_tool(tool, call_id, use_id, args)
         message = tool_message(use_id, name, result.content, result.is_error)
-        return message, {"call_id": use_id}
+        return message, {"call_id": use_id}, result.changes
 
     async def _check_gate(
         self, tool: ToolSpec, call_id: str, args: dict[str, Any]
@@ -366,6 +436,16 @@ class AgentRun:
     def transcript(self, start: int = 0, end: int | None = None) -> list[Message]:
         """The conversation so far, or a slice of it."""
         return self._messages[start:end]
+
+    @workflow.query(description="The run's key-value state (ctx.get_value / ctx.set_value).")
+    def state(self) -> dict[str, Any]:
+        """The run's durable key-value state."""
+        return dict(self._state)
+
+    @workflow.query(description="Events tools emitted (ctx.emit), from index `offset`.")
+    def events(self, offset: int = 0) -> list[dict[str, Any]]:
+        """Emitted events from `offset` on, each with its index as `offset`."""
+        return [{"offset": i, **e} for i, e in enumerate(self._events) if i >= offset]
 
     @workflow.query(description="Step, tool calls and token usage so far.")
     def progress(self) -> dict[str, Any]:

@@ -138,6 +138,8 @@ class ToolCallResult:
 
     content: str
     is_error: bool = False
+    changes: dict[str, Any] | None = None
+    """What the call changed in its run (state, queued tools, events, messages), if anything."""
 
 
 @dataclass

@@ -1,0 +1,201 @@
+"""One tool call inside its activity: its timeout, errors, variables and `ToolContext` powers.
+
+The powers (run state, invoked tools, messages) are wired to the run here.
+
+```python
+result = await run_tool_call(loaded, tool, input)   # -> ToolCallResult (recorded in history)
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from toren.context import ToolContext, ToolResult
+from toren.schema import validate_args
+from toren.tool import Tool
+from toren.workflows.types import ToolCallInput, ToolCallResult
+
+if TYPE_CHECKING:
+    from toren.activities.runtime import LoadedAgent
+
+__all__ = ["RunHooks", "missing_variables", "redact", "run_tool_call", "validation_text"]
+
+log = logging.getLogger("toren")
+
+MAX_INVOKE_DEPTH = 5
+"""How deep `invoke_tool` may nest (a tool invoking a tool invoking …)."""
+INVOKED_RESULT_CHARS = 2000
+"""How much of an invoked tool's result the event log keeps (the caller got all of it)."""
+
+
+def missing_variables(tool: Tool, environ: Mapping[str, str]) -> list[str]:
+    """Required `variables` of `tool` that `environ` lacks."""
+    return [v.name for v in tool.variables if v.required and not environ.get(v.name)]
+
+
+class RunHooks:
+    """Connects a `ToolContext` to its run: queries for reads, nested calls for invokes."""
+
+    def __init__(self, loaded: LoadedAgent, run_key: str) -> None:
+        self.loaded = loaded
+        self.run_key = run_key
+        self.depth = 0
+
+    def _handle(self) -> Any:
+        workflow_id, _, run_id = self.run_key.partition("/")
+        return activity.client().get_workflow_handle(workflow_id, run_id=run_id or None)
+
+    async def read_state(self) -> dict[str, Any]:
+        """The run's state as of this turn's start (query `state`)."""
+        state: dict[str, Any] = await self._handle().query("state")
+        return state
+
+    async def read_messages(self) -> list[dict[str, Any]]:
+        """The conversation so far (query `transcript`)."""
+        messages: list[dict[str, Any]] = await self._handle().query("transcript")
+        return messages
+
+    async def invoke(self, ctx: ToolContext, name: str, args: Mapping[str, Any]) -> ToolResult:
+        """Run tool `name` inside the calling tool's activity."""
+        target = self.loaded.agent.tools.get(name)
+        if target is None:
+            raise LookupError(f"tool {ctx.tool!r} cannot invoke {name!r}: no such tool")
+        if target.approval != "never":
+            raise PermissionError(
+                f"tool {ctx.tool!r} cannot invoke {name!r}: it is gated by approval "
+                f"({target.approval_kind}); use ctx.queue_tool({name!r}, ...) so a person can "
+                "approve it"
+            )
+        if self.depth >= MAX_INVOKE_DEPTH:
+            raise RecursionError(f"invoke_tool nested deeper than {MAX_INVOKE_DEPTH} calls")
+        problem = validate_args(target.schema, dict(args))
+        if problem is not None:
+            result = ToolResult(status="error", error=f"invalid arguments for {name}: {problem}")
+        else:
+            n = sum(1 for i in ctx.changes.invoked if i["tool"] == name) + 1
+            child = ToolContext(
+                env={**self.loaded.env, **_variables(target, os.environ)},
+                idempotency_key=f"{ctx.idempotency_key}/{name}#{n}",
+                run_id=ctx.run_id,
+                call_id=ctx.call_id,
+                agent=ctx.agent,
+                tool=name,
+                attempt=ctx.attempt,
+                arguments=ctx.arguments,
+                attachments=ctx.attachments,
+                uses=target.uses,
+                changes=ctx.changes,
+                hooks=self,
+            )
+            self.depth += 1
+            try:
+                result = await _call(target, dict(args), child, self.loaded.secrets())
+            finally:
+                self.depth -= 1
+        ctx.changes.invoked.append(
+            {
+                "tool": name,
+                "args": dict(args),
+                "result": result.text[:INVOKED_RESULT_CHARS],
+                "is_error": result.is_error,
+            }
+        )
+        return result
+
+
+async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -> ToolCallResult:
+    """Run one call of `tool` under its contract; never raises for a handler's failure."""
+    info = activity.info()
+    secrets = [*loaded.secrets(), *_secret_variables(tool, os.environ)]
+    absent = missing_variables(tool, os.environ)
+    if absent:
+        return ToolCallResult(
+            f"tool {tool.name} needs variable(s) {', '.join(absent)}, missing from the worker's "
+            "environment",
+            True,
+        )
+    ctx = ToolContext(
+        env={**loaded.env, **_variables(tool, os.environ)},
+        idempotency_key=input.idempotency_key,
+        run_id=info.workflow_id or "",
+        call_id=input.call_id,
+        agent=loaded.agent.name,
+        tool=tool.name or "",
+        attempt=info.attempt,
+        arguments=dict(input.arguments or {}),
+        attachments=tuple(input.attachments or ()),
+        uses=tool.uses,
+        hooks=RunHooks(loaded, input.run_key),
+    )
+    result = await _call(tool, input.args, ctx, secrets)
+    if result.attachments:
+        from toren.attachments import store_result_attachments
+
+        refs = store_result_attachments(result.attachments)
+        ctx.changes.attachments += refs
+        listing = ", ".join(f"{r['name']} ({r['id']})" for r in refs)
+        result.result = (result.result or "") + f"\n[attachments: {listing}]"
+    return ToolCallResult(
+        redact(result.text, secrets), result.is_error, changes=ctx.changes.to_json()
+    )
+
+
+async def _call(
+    tool: Tool, args: Mapping[str, Any], ctx: ToolContext, secrets: Sequence[str]
+) -> ToolResult:
+    timeout = tool.timeout_ms / 1000 if tool.timeout_ms else None
+    try:
+        return await asyncio.wait_for(tool.call(args, ctx), timeout)
+    except TimeoutError:
+        return ToolResult(
+            status="error", error=f"tool {tool.name} timed out after {tool.timeout_ms}ms"
+        )
+    except ValidationError as err:
+        return ToolResult(
+            status="error", error=f"invalid arguments for {tool.name}: {validation_text(err)}"
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:
+        if isinstance(err, ApplicationError) and not err.non_retryable:
+            # The handler asked Temporal to retry (e.g. an upstream 429/5xx), per max_attempts.
+            raise
+        text = f"tool {tool.name} failed: {type(err).__name__}: {err}"
+        return ToolResult(status="error", error=redact(text, secrets))
+
+
+def _variables(tool: Tool, environ: Mapping[str, str]) -> dict[str, str]:
+    return {v.name: environ[v.name] for v in tool.variables if environ.get(v.name)}
+
+
+def _secret_variables(tool: Tool, environ: Mapping[str, str]) -> list[str]:
+    return [
+        environ[v.name]
+        for v in tool.variables
+        if v.type == "secret" and len(environ.get(v.name, "")) >= 4
+    ]
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every secret value replaced by `[redacted]`."""
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def validation_text(err: ValidationError) -> str:
+    """A pydantic validation error in one line, as the model sees it."""
+    parts = []
+    for e in err.errors()[:5]:
+        where = ".".join(str(p) for p in e["loc"])
+        parts.append(f"{where}: {e['msg']}" if where else e["msg"])
+    return "; ".join(parts)

@@ -1,0 +1,211 @@
+"""What a handler gets besides its args: `ToolContext`, and what it may return: `ToolResult`.
+
+```python
+async def handler(args, ctx: ToolContext) -> ToolResult:
+    seen = await ctx.get_value("seen") or 0          # durable run state
+    await ctx.set_value("seen", seen + 1)
+    ctx.emit("progress", {"step": "lookup"})         # for a front end (query `events`)
+    found = await ctx.invoke_tool("lookup", {"q": args.q})   # needs uses=["lookup"]
+    ctx.queue_tool("notify", {"text": found.result})  # runs after this turn's calls
+    await ctx.inject_message("user", "Also check the invoice.")
+    return ToolResult(status="success", result="ok",
+                      attachments=[Attachment(name="chart.png", mime_type="image/png", data=png)])
+```
+
+Every power is durable the same way: what a handler changes (state writes, queued tools,
+events, injected messages) travels back in the call's recorded result and the workflow applies
+it, so a replay or a resumed run sees exactly the same thing. Reads (`get_value`,
+`get_messages`) ask the run; they never put the state or transcript into history.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "Attachment",
+    "CallHooks",
+    "Changes",
+    "ToolContext",
+    "ToolResult",
+    "Variable",
+]
+
+
+@dataclass
+class Attachment:
+    """A file a handler returns; stored in the attachment store, referenced by id in history."""
+
+    name: str
+    mime_type: str
+    data: bytes
+    width: int | None = None
+    height: int | None = None
+
+
+@dataclass
+class ToolResult:
+    """A structured result: `status`, the `result` text or the `error`, and attachments."""
+
+    status: Literal["success", "error"] = "success"
+    result: str | None = None
+    error: str | None = None
+    stack: str | None = None
+    attachments: list[Attachment] = field(default_factory=list)
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the model sees this as an error."""
+        return self.status == "error"
+
+    @property
+    def text(self) -> str:
+        """The text the model sees."""
+        if self.is_error:
+            return self.error or self.result or "error"
+        return self.result or ""
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An env value a tool needs, resolved from the worker's environment before each call.
+
+    A missing `required` one fails the call with a clear error the model sees; the worker warns
+    at start. `secret` values are redacted from anything that enters history.
+    """
+
+    name: str
+    type: Literal["text", "secret"] = "secret"
+    required: bool = True
+    description: str = ""
+
+
+@dataclass
+class Changes:
+    """What a call changed in its run; recorded in its result, applied by the workflow."""
+
+    state: dict[str, Any] = field(default_factory=dict)
+    queued: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    invoked: list[dict[str, Any]] = field(default_factory=list)
+    attachments: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The non-empty parts, or `None` when the call changed nothing."""
+        data = {k: v for k, v in self.__dict__.items() if v}
+        return data or None
+
+
+class CallHooks(Protocol):
+    """How a context reaches its run (the activity runtime implements it)."""
+
+    async def read_state(self) -> dict[str, Any]:
+        """The run's state as of this turn's start."""
+        ...
+
+    async def read_messages(self) -> list[dict[str, Any]]:
+        """The conversation so far."""
+        ...
+
+    async def invoke(self, ctx: ToolContext, name: str, args: Mapping[str, Any]) -> ToolResult:
+        """Run another tool of the agent now, inside this call."""
+        ...
+
+
+@dataclass
+class ToolContext:
+    """What a handler may use besides its arguments.
+
+    Handlers read configuration from `env` only, never from `os.environ`: it holds exactly the
+    names the agent declared in agent.yaml, plus the tool's own `variables`.
+    """
+
+    env: Mapping[str, str]
+    """The agent's declared env values, read from the worker's environment at start."""
+    idempotency_key: str
+    """`<workflow id>:<step>:<tool-use id>`; identical on every attempt of one call."""
+    run_id: str
+    """The run's workflow id."""
+    call_id: str
+    """The model's tool-use id of this call."""
+    agent: str
+    """The agent's name."""
+    tool: str
+    """This tool's name."""
+    attempt: int = 1
+    """Which attempt of this call this is (1 on the first; more after a worker died)."""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """The run's invocation `arguments` (read-only)."""
+    attachments: tuple[str, ...] = ()
+    """Ids of the files attached to the run (`RunInput.attachments`)."""
+    uses: tuple[str, ...] = ()
+    """The tools this one may `invoke_tool` (its `uses=[...]`)."""
+    changes: Changes = field(default_factory=Changes)
+    """What this call changed so far (applied by the workflow when it completes)."""
+    hooks: CallHooks | None = field(default=None, repr=False)
+    """The connection to the run; `None` outside a run (e.g. in a unit test)."""
+    _state: dict[str, Any] | None = field(default=None, repr=False)
+
+    # -- run state ---------------------------------------------------------------------------
+
+    async def get_value(self, key: str) -> Any:
+        """A value of the run's durable key-value state, or `None` when absent."""
+        if key in self.changes.state:
+            return copy.deepcopy(self.changes.state[key])
+        if self._state is None:
+            self._state = await self.hooks.read_state() if self.hooks else {}
+        return copy.deepcopy(self._state.get(key))
+
+    async def set_value(self, key: str, value: Any) -> None:
+        """Set a value (JSON) in the run's state; later calls of the run see it.
+
+        Calls of one turn run concurrently and see the state as of the turn's start; their
+        writes are applied in call order when the turn ends, so the last writer in call order
+        wins.
+        """
+        if not isinstance(key, str) or not key:
+            raise ValueError("state keys are non-empty strings")
+        self.changes.state[key] = json.loads(json.dumps(value))
+
+    # -- tools -------------------------------------------------------------------------------
+
+    def queue_tool(self, name: str, args: Mapping[str, Any] | None = None) -> None:
+        """Run tool `name` after this turn's calls, as if the model had asked for it."""
+        self.changes.queued.append({"name": name, "args": json.loads(json.dumps(args or {}))})
+
+    async def invoke_tool(self, name: str, args: Mapping[str, Any] | None = None) -> ToolResult:
+        """Call tool `name` now, inside this call, and return its result.
+
+        Only names in this tool's `uses=[...]` may be invoked, and never a gated tool.
+        """
+        if name not in self.uses:
+            raise PermissionError(
+                f"tool {self.tool!r} cannot invoke {name!r}: it is not in its uses="
+                f"{list(self.uses)!r} (add it to define_tool(uses=[...]))"
+            )
+        if self.hooks is None:
+            raise RuntimeError("invoke_tool needs a run (no hooks in this context)")
+        return await self.hooks.invoke(self, name, dict(args or {}))
+
+    # -- events and messages -----------------------------------------------------------------
+
+    def emit(self, event: str, data: Any = None) -> None:
+        """Emit an event for a front end (query `events`, `toren events --follow`)."""
+        self.changes.events.append({"event": str(event), "data": json.loads(json.dumps(data))})
+
+    async def get_messages(self, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        """The conversation so far (`offset` from the start, at most `limit` messages)."""
+        messages = await self.hooks.read_messages() if self.hooks else []
+        end = None if limit is None else offset + limit
+        return messages[offset:end]
+
+    async def inject_message(self, role: Literal["user", "assistant"], content: str) -> None:
+        """Add a message the model sees on its next step."""
+        if role not in ("user", "assistant"):
+            raise ValueError(f"role must be 'user' or 'assistant', got {role!r}")
+        self.changes.messages.append({"role": role, "content": str(content)})
