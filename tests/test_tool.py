@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from enum import Enum
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -156,3 +157,77 @@ def test_approval_predicate_sees_parsed_args() -> None:
     assert tool.approval_kind == "predicate"
     assert tool.needs_approval({"query": "x", "limit": 6})
     assert not tool.needs_approval({"query": "x", "limit": 5})
+
+
+class Color(str, Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Inner(BaseModel):
+    note: str | None = None
+
+
+class EveryType(BaseModel):
+    text: str
+    number: float
+    flag: bool
+    nothing: None = None
+    kind: Literal["a", "b"] = "a"
+    color: Color = Color.RED
+    maybe: int | None = None
+    nullable: str | None
+    tags: list[str] = []
+    inner: Inner = Inner()
+    counts: dict[str, int] = {}
+    either: int | str = 0
+    anything: Any = None
+
+
+EVERY_TYPE_JSON = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string"},
+        "number": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "nothing": {"type": "null"},
+        "kind": {"const": "a"},
+        "color": {"enum": ["red", "blue"]},
+        "maybe": {"type": "integer"},
+        "nullable": {"type": ["string", "null"]},
+        "withdefault": {"type": "integer", "default": 3},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "inner": {"type": "object", "properties": {"note": {"type": "string"}}},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+        "anything": {},
+    },
+    "required": ["text", "number", "flag", "nullable"],
+}
+
+
+def test_the_seeds_argument_types_work_in_both_forms() -> None:
+    args = {
+        "text": "t", "number": 1.5, "flag": True, "nothing": None, "kind": "a", "color": "blue",
+        "maybe": 2, "nullable": None, "tags": ["x"], "inner": {"note": "n"}, "counts": {"a": 1},
+        "either": "s", "anything": {"free": [1, "json"]},
+    }  # fmt: skip
+    for input in (EveryType, EVERY_TYPE_JSON):
+        tool = define_tool(name="every", description="All types.", input=input, handler=handler)
+        assert validate_args(tool.schema, args) is None, input
+        bad = validate_args(tool.schema, {**args, "color": "green", "counts": {"a": "x"}})
+        assert bad is not None and "'green' is not one of" in bad and "counts.a" in bad
+    parsed = define_tool(name="e", description="d", input=EveryType, handler=handler).parse_args(
+        args
+    )
+    assert parsed.color is Color.BLUE and parsed.counts == {"a": 1}
+
+
+def test_pydantic_nesting_beyond_seven_is_refused() -> None:
+    from pydantic import create_model
+
+    model: type[BaseModel] = create_model("L0", leaf=(str, ...))
+    for i in range(1, 8):
+        model = create_model(f"L{i}", child=(model, ...))
+    with pytest.raises(ConfigError, match="nested deeper than 7 levels"):
+        define_tool(name="deep", description="Deep.", input=model, handler=handler)

@@ -13,12 +13,14 @@ tool = define_tool(description="Look an order up.", input=LookupOrder, handler=l
 from toren.agent import Agent, AgentConfig, load_agent
 from toren.errors import ConfigError, MissingEnvError, RunError, TorenError
 from toren.plugin import TorenPlugin
+from toren.context import Attachment, ToolResult, Variable
 from toren.tool import Tool, ToolContext, define_tool
 from toren.workflows import AgentRun
 from toren.workflows.types import Decision, PendingApproval, RunInput, RunResult
 
 __all__ = [
     "Agent",
+    "Attachment",
     "AgentConfig",
     "AgentRun",
     "ConfigError",
@@ -30,8 +32,10 @@ __all__ = [
     "RunResult",
     "Tool",
     "ToolContext",
+    "ToolResult",
     "TorenError",
     "TorenPlugin",
+    "Variable",
     "define_tool",
     "load_agent",
 ]

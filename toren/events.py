@@ -7,8 +7,10 @@ for event in render(history):
 ```
 
 Event types: RunStarted, LlmCallStarted, LlmCallCompleted, LlmCallFailed, ToolCallStarted,
-ToolCallCompleted, ApprovalRequested, ApprovalResolved, SignalRefused, RunCompleted, RunFailed
-(also RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew). Nothing here is stored twice:
+ToolCallCompleted (with attachments by name and id), ToolCallFailed, ApprovalRequested,
+ApprovalResolved, SignalRefused, and what tools did through their context: ToolInvoked,
+StateSet, ToolEvent, ToolQueued, MessageInjected; then RunCompleted or RunFailed (also
+RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew). Nothing here is stored twice:
 the log is derived from the history, which stays the one source of truth.
 """
 
@@ -65,9 +67,9 @@ class _Renderer:
         self.decided: set[str] = set()
         self.workflow_id = ""
 
-    def emit(self, event: HistoryEvent, type_: str, **fields: Any) -> None:
+    def emit(self, source: HistoryEvent, type_: str, **fields: Any) -> None:
         self.events.append(
-            {"type": type_, "at": event.event_time.ToDatetime().isoformat() + "Z", **fields}
+            {"type": type_, "at": source.event_time.ToDatetime().isoformat() + "Z", **fields}
         )
 
     def handle(self, event: HistoryEvent) -> None:
@@ -231,14 +233,49 @@ class _Renderer:
                 usage=result.get("usage", {}),
             )
         elif "." in info["name"] and not info["name"].startswith("toren."):
+            tool = info["name"].split(".", 1)[1]
+            changes = result.get("changes") or {}
+            for inv in changes.get("invoked") or []:
+                self.emit(
+                    event,
+                    "ToolInvoked",
+                    tool=inv.get("tool"),
+                    by=tool,
+                    args=inv.get("args"),
+                    result=inv.get("result"),
+                    isError=bool(inv.get("is_error")),
+                )
             self.emit(
                 event,
                 "ToolCallCompleted",
                 callId=info.get("call_id"),
-                tool=info["name"].split(".", 1)[1],
+                tool=tool,
                 result=result.get("content"),
                 isError=bool(result.get("is_error")),
+                attachments=changes.get("attachments") or None,
             )
+            if changes.get("state"):
+                self.emit(event, "StateSet", tool=tool, values=changes["state"])
+            for emitted in changes.get("events") or []:
+                self.emit(
+                    event,
+                    "ToolEvent",
+                    tool=tool,
+                    name=emitted.get("event"),
+                    data=emitted.get("data"),
+                )
+            for queued in changes.get("queued") or []:
+                self.emit(
+                    event, "ToolQueued", by=tool, tool=queued.get("name"), args=queued.get("args")
+                )
+            for message in changes.get("messages") or []:
+                self.emit(
+                    event,
+                    "MessageInjected",
+                    by=tool,
+                    role=message.get("role"),
+                    content=message.get("content"),
+                )
 
     def _failed(self, event: HistoryEvent, info: dict[str, Any] | None, error: str) -> None:
         if info is None:

@@ -55,7 +55,10 @@ class ScriptedModel:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Answer with the step for this point of the conversation."""
-        index = sum(1 for m in request.messages if m.get("role") == "assistant")
+        # Turns toren added for queued tools are not the model's answers.
+        index = sum(
+            1 for m in request.messages if m.get("role") == "assistant" and not m.get("queued")
+        )
         if index >= len(self.steps):
             return ModelReply(content="(the script has no more steps)", model=self.name)
         step = self.steps[index]
