@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 import pytest
@@ -159,7 +159,7 @@ def test_approval_predicate_sees_parsed_args() -> None:
     assert not tool.needs_approval({"query": "x", "limit": 5})
 
 
-class Color(str, Enum):
+class Color(StrEnum):
     RED = "red"
     BLUE = "blue"
 

@@ -11,9 +11,9 @@ tool = define_tool(description="Look an order up.", input=LookupOrder, handler=l
 """
 
 from toren.agent import Agent, AgentConfig, load_agent
+from toren.context import Attachment, ToolResult, Variable
 from toren.errors import ConfigError, MissingEnvError, RunError, TorenError
 from toren.plugin import TorenPlugin
-from toren.context import Attachment, ToolResult, Variable
 from toren.tool import Tool, ToolContext, define_tool
 from toren.workflows import AgentRun
 from toren.workflows.types import Decision, PendingApproval, RunInput, RunResult
