@@ -45,6 +45,10 @@ class Limits(_Strict):
     """Minutes before a workflow timer ends the run with a budget error; `None`: no limit."""
     approval_timeout_min: float | None = Field(None, alias="approvalTimeoutMin", gt=0)
     """Default minutes a gated call waits before it is denied; `None`: wait forever."""
+    continue_as_new_after_events: int | None = Field(None, alias="continueAsNewAfterEvents", ge=100)
+    """Continue as new past this many history events (always when Temporal suggests it)."""
+    continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)
+    """Continue as new past this much history, in MB (always when Temporal suggests it)."""
 
 
 class EnvConfig(_Strict):

@@ -74,6 +74,11 @@ async def start_run(
         result_type=RunResult,
         execution_timeout=execution_timeout,
         static_summary=f"{agent}: {first_line[:120]}",
+        static_details=(
+            f"**agent** `{agent}` · started with `toren.client`\n\n"
+            "Tool calls that need a person show up under **Current Details** with the exact "
+            "JSON to paste into **More Actions → Send a Signal** (`approve` / `deny`)."
+        ),
     )
 
 
@@ -131,9 +136,18 @@ async def pending(client: Client, run_id: str) -> list[PendingApproval]:
 
 
 async def events(client: Client, run_id: str) -> list[Event]:
-    """The run's history rendered as Toren's event log."""
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    return render(history)
+    """The run's history rendered as Toren's event log, across continue-as-new."""
+    histories = []
+    run: str | None = None
+    while True:
+        history = await client.get_workflow_handle(run_id, run_id=run).fetch_history()
+        histories.append(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        # Walk back the chain: each run names the one it continued.
+        run = started.continued_execution_run_id or None
+        if run is None:
+            break
+    return render([e for h in reversed(histories) for e in h.events])
 
 
 @dataclass

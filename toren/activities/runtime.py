@@ -87,6 +87,12 @@ class LoadedAgent:
             ),
             max_tokens=self.agent.config.max_tokens,
             search_attributes=list(search_attributes),
+            continue_after_events=limits.continue_as_new_after_events,
+            continue_after_bytes=(
+                int(limits.continue_as_new_after_mb * 1_000_000)
+                if limits.continue_as_new_after_mb
+                else None
+            ),
         )
 
     def secrets(self) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows.types import (
         AgentSpec,
         ApprovalCheck,
+        Carry,
         Decision,
         ModelCallInput,
         ModelCallResult,
@@ -80,14 +81,39 @@ class AgentRun:
         self._queued = 0
         self._status = ""
         self._pending_count = -1
+        self._deadline: datetime | None = None
+        self._runs = 1
+        self._input = RunInput(agent="", prompt="")
 
     # -- the run --------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
         """Run the agent loop to a final answer, or fail with a `RunError` on a budget."""
+        self._input = input
         self._arguments = dict(input.arguments or {})
         self._attachments = list(input.attachments or [])
+        if input.carry is not None:
+            self._restore(input.carry)
+        else:
+            await self._start(input)
+        spec = self._require_spec()
+        if spec.max_wall_clock_min is not None and self._deadline is None:
+            self._deadline = workflow.now() + timedelta(minutes=spec.max_wall_clock_min)
+        self._approvals.publish()
+        self._sync_status()
+        try:
+            if self._deadline is None:
+                result = await self._loop()
+            else:
+                result = await self._with_wall_clock(self._deadline)
+        except RunError:
+            self._sync_status("failed")
+            raise
+        self._sync_status("completed")
+        return result
+
+    async def _start(self, input: RunInput) -> None:
         try:
             self._spec = await workflow.execute_local_activity(
                 "toren.agent_spec",
@@ -101,20 +127,68 @@ class AgentRun:
                 f"cannot load agent {input.agent!r}: {err.cause or err}", kind="UnknownAgent"
             ) from None
         for message in input.messages or []:
-            self._append(message, {"input": True})
-        self._append({"role": "user", "content": input.prompt}, {"input": True})
-        self._approvals.publish()
-        self._sync_status()
-        try:
-            if self._spec.max_wall_clock_min is None:
-                result = await self._loop()
-            else:
-                result = await self._with_wall_clock(self._spec.max_wall_clock_min)
-        except RunError:
-            self._sync_status("failed")
-            raise
-        self._sync_status("completed")
-        return result
+            self._append(message, None)
+        self._append({"role": "user", "content": input.prompt}, None)
+
+    # -- continue-as-new at a turn boundary -------------------------------------------------
+
+    def _should_continue(self) -> bool:
+        spec = self._require_spec()
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or bool(
+                spec.continue_after_events
+                and info.get_current_history_length() >= spec.continue_after_events
+            )
+            or bool(
+                spec.continue_after_bytes
+                and info.get_current_history_size() >= spec.continue_after_bytes
+            )
+        )
+
+    async def _continue_as_new(self) -> None:
+        # Let signal and update handlers finish so no decision is lost at the boundary.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        carry = Carry(
+            spec=self._require_spec(),
+            messages=self._messages,
+            step=self._step,
+            tool_calls=self._tool_calls,
+            usage=dict(self._usage),
+            state=self._state,
+            events=self._events,
+            call_ids=sorted(self._call_ids),
+            queued=self._queued,
+            refused=self._approvals.refused,
+            deadline=self._deadline.isoformat() if self._deadline else None,
+            runs=self._runs + 1,
+        )
+        workflow.logger.info("continuing as new after %d steps (run %d)", self._step, self._runs)
+        workflow.continue_as_new(
+            RunInput(
+                agent=self._input.agent,
+                prompt=self._input.prompt,
+                arguments=self._input.arguments,
+                attachments=self._input.attachments,
+                carry=carry,
+            )
+        )
+
+    def _restore(self, carry: Carry) -> None:
+        self._spec = carry.spec
+        for message in carry.messages:
+            self._append(message, None)
+        self._step = carry.step
+        self._tool_calls = carry.tool_calls
+        self._usage = dict(carry.usage)
+        self._state = dict(carry.state)
+        self._events = list(carry.events)
+        self._call_ids = set(carry.call_ids)
+        self._queued = carry.queued
+        self._approvals.refused = list(carry.refused)
+        self._deadline = datetime.fromisoformat(carry.deadline) if carry.deadline else None
+        self._runs = carry.runs
 
     def _sync_status(self, final: str | None = None) -> None:
         """Keep toren's search attributes current (only those the namespace has)."""
@@ -135,9 +209,12 @@ class AgentRun:
         if updates:
             workflow.upsert_search_attributes(updates)
 
-    async def _with_wall_clock(self, minutes: float) -> RunResult:
+    async def _with_wall_clock(self, deadline: datetime) -> RunResult:
+        spec = self._require_spec()
+        minutes = spec.max_wall_clock_min or 0
         loop = asyncio.ensure_future(self._loop())
-        timer = asyncio.ensure_future(workflow.sleep(timedelta(minutes=minutes)))
+        left = max(deadline - workflow.now(), timedelta(milliseconds=1))
+        timer = asyncio.ensure_future(workflow.sleep(left))
         await workflow.wait([loop, timer], return_when=asyncio.FIRST_COMPLETED)
         if loop.done():
             timer.cancel()
@@ -153,6 +230,8 @@ class AgentRun:
     async def _loop(self) -> RunResult:
         spec = self._require_spec()
         while True:
+            if self._step > 0 and self._should_continue():
+                await self._continue_as_new()
             if self._step >= spec.max_steps:
                 raise RunError(
                     f"run exceeded maxStepsPerTask={spec.max_steps} without a final answer",
@@ -205,10 +284,18 @@ class AgentRun:
         self._tail = []
         return reply
 
-    def _append(self, message: Message, ref: dict[str, Any]) -> None:
+    def _append(self, message: Message, ref: dict[str, Any] | None) -> None:
+        """Append to the transcript; `ref` tells `call_model` where to find the message.
+
+        `None` means it is already in this run's input: `call_model` asks the workflow for it.
+        """
         self._messages.append(message)
         self._digest = chain(self._digest, message)
-        self._tail.append(ref)
+        if ref is None:
+            self._since = len(self._messages)
+            self._tail = []
+        else:
+            self._tail.append(ref)
 
     async def _run_turn(self, calls: list[dict[str, Any]]) -> None:
         """Run one turn's calls concurrently, then what they queued, then apply their changes.

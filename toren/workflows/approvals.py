@@ -18,8 +18,8 @@ from toren.workflows.types import Decision, PendingApproval
 __all__ = ["APPROVE_HELP", "DECIDE_HELP", "DENY_HELP", "Approvals", "decision_problem"]
 
 APPROVE_HELP = (
-    'Approve a waiting tool call. Data: {"call_id": "<id from pending_approvals>", '
-    '"by": "<your name>", "comment": "<optional>"}'
+    'Approve a waiting tool call. Data: {"call_id": "<call_id from User Metadata → Current '
+    'Details>", "by": "<your name>", "comment": "<optional>"}'
 )
 DENY_HELP = (
     'Deny a waiting tool call; the model is told why. Data: {"call_id": "<id>", '
@@ -146,21 +146,25 @@ class Approvals:
         if not self.pending:
             text = "No tool call is waiting for approval."
         else:
-            parts = [f"## {len(self.pending)} tool call(s) waiting for approval"]
+            n = len(self.pending)
+            parts = [f"## {n} tool call{'s' if n > 1 else ''} waiting for approval"]
             for p in self.pending.values():
                 approve = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": ""})
                 deny = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": "why"})
-                until = p.expires_at or "no expiry (waits until decided)"
+                until = _short_time(p.expires_at) if p.expires_at else "never (waits until decided)"
                 parts.append(
                     f"### `{p.tool}` — call `{p.call_id}`\n"
                     f"- **args:** `{json.dumps(p.args, ensure_ascii=False)[:1000]}`\n"
                     f"- **why gated:** {p.reason}\n"
-                    f"- **waiting since:** {p.requested_at}\n"
+                    f"- **waiting since:** {_short_time(p.requested_at)}\n"
                     f"- **expires:** {until}\n\n"
                     "To decide: **More Actions → Send a Signal**, choose `approve` or `deny`, "
-                    "paste into Data:\n\n"
+                    "paste into Data with your name in `by`, press Tab, then Submit:\n\n"
                     f"approve:\n```json\n{approve}\n```\n"
-                    f"deny:\n```json\n{deny}\n```"
+                    f"deny:\n```json\n{deny}\n```\n"
+                    "Or **Send an Update** → `decide` with "
+                    f'`{{"call_id": "{p.call_id}", "approve": true, "by": "your-name"}}` '
+                    "for an immediate answer. Press **R** here to refresh after sending."
                 )
             text = "\n\n".join(parts)
         if self.refused:
@@ -187,6 +191,11 @@ def decision_problem(body: Any, pending: Collection[str], decided: Collection[st
         if body.get(key) is not None and not isinstance(body[key], str):
             return f'"{key}" must be a string'
     return None
+
+
+def _short_time(iso: str) -> str:
+    """`2026-12-02T12:41:51.250127+00:00` → `2026-12-02 12:41:51 UTC`."""
+    return iso[:19].replace("T", " ") + (" UTC" if iso.endswith("+00:00") else "")
 
 
 def _json_type(value: Any) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 __all__ = [
     "AgentSpec",
     "ApprovalCheck",
+    "Carry",
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
@@ -41,6 +42,8 @@ class RunInput:
     """Prior conversation to continue from."""
     attachments: list[str] | None = None
     """Attachment ids (never bytes) the run may read."""
+    carry: Carry | None = None
+    """Set by toren when a long run continues as new: everything the next run needs."""
 
 
 @dataclass
@@ -87,6 +90,30 @@ class AgentSpec:
     max_tokens: int = 4096
     search_attributes: list[str] = field(default_factory=list)
     """toren's search attributes registered on the namespace (only these are set)."""
+    continue_after_events: int | None = None
+    """Continue as new at a turn boundary past this many history events."""
+    continue_after_bytes: int | None = None
+    """Continue as new at a turn boundary past this many history bytes."""
+
+
+@dataclass
+class Carry:
+    """What a run hands the next one when it continues as new (at a turn boundary)."""
+
+    spec: AgentSpec
+    messages: list[Message]
+    step: int
+    tool_calls: int
+    usage: dict[str, int]
+    state: dict[str, Any]
+    events: list[dict[str, Any]]
+    call_ids: list[str]
+    queued: int
+    refused: list[dict[str, Any]]
+    deadline: str | None = None
+    """When `maxWallClockMin` runs out (ISO time), across the whole chain of runs."""
+    runs: int = 1
+    """Runs in the chain so far."""
 
 
 @dataclass

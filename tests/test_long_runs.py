@@ -1,0 +1,101 @@
+"""Unlimited turns: a run continues as new at a turn boundary, carrying its transcript, state,
+budgets and step count; approvals and queries keep working by workflow id."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from tests.conftest import task_failures, wait_for
+from toren import client as toren_client
+from toren.worker import serve
+
+COUNT = """
+from toren import define_tool
+
+async def count(args, ctx):
+    n = (await ctx.get_value("n") or 0) + 1 if args.get("stateful") else None
+    if n is not None:
+        await ctx.set_value("n", n)
+    return "x" * 200
+
+tool = define_tool(
+    description="Count.",
+    input={"type": "object", "properties": {"stateful": {"type": "boolean"}}},
+    effects="none",
+    idempotency="none",
+    handler=count,
+)
+"""
+
+GATED = """
+from toren import define_tool
+tool = define_tool(description="Needs a person.", approval="always", handler=lambda a, c: "gated ran")
+"""
+
+
+async def run_chain(client: Client, run_id: str) -> list[str]:
+    """Run ids of the workflow's chain, oldest first."""
+    runs = [w async for w in client.list_workflows(f'WorkflowId = "{run_id}"')]
+    return [w.run_id for w in sorted(runs, key=lambda w: w.start_time)]
+
+
+async def test_two_thousand_turns_continue_as_new(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    turns = 2000
+    script = [{"tool_calls": [{"name": "count", "args": {}}]} for _ in range(turns)]
+    folder = make_agent(
+        tools={"count": COUNT},
+        script=[*script, "done after {last_tool_result}"],
+        limits={"maxStepsPerTask": turns + 1, "continueAsNewAfterEvents": 3000},
+    )
+    started = time.monotonic()
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "count")
+        result = await handle.result()
+    elapsed = time.monotonic() - started
+    assert result.steps == turns + 1
+    assert result.tool_calls == turns
+    chain = await run_chain(client, handle.id)
+    print(f"{turns} turns in {elapsed:.1f}s over {len(chain)} runs")
+    assert len(chain) >= 5
+    for run_id in chain:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        assert not task_failures(history)
+        assert len(history.events) < 3100
+
+
+async def test_approvals_state_and_queries_cross_the_boundary(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    steps = [{"tool_calls": [{"name": "count", "args": {"stateful": True}}]} for _ in range(40)]
+    folder = make_agent(
+        tools={"count": COUNT, "gated": GATED},
+        script=[*steps, {"tool_calls": [{"id": "g", "name": "gated", "args": {}}]}, "end {last_tool_result}"],
+        limits={"continueAsNewAfterEvents": 150},
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        calls = await wait_for(lambda: toren_client.pending(client, handle.id), timeout=60)
+        assert calls[0].call_id == "g"
+        first = (await run_chain(client, handle.id))[0]
+        assert (await handle.describe()).run_id != first  # the run id changed, the id did not
+        assert await handle.query("state") == {"n": 40}
+        progress = await handle.query("progress")
+        assert progress["step"] == 41
+        await toren_client.approve(client, handle.id, "g", by="ops")
+        result = await handle.result()
+    assert result.text == "end gated ran"
+    assert result.steps == 42
+    events = await toren_client.events(client, handle.id)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunCompleted"
+    assert "RunContinuedAsNew" in kinds
+    assert kinds.count("ToolCallCompleted") == 41
+    history = await client.get_workflow_handle(handle.id).fetch_history()
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED == history.events[0].event_type
