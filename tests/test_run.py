@@ -388,3 +388,33 @@ async def test_worker_without_the_agent_fails_the_run_with_a_clear_error(
             await handle.result()
     assert "this worker does not serve agent 'someone_else'" in str(err.value.cause)
     assert getattr(err.value.cause, "type", None) == "UnknownAgent"
+
+
+async def test_short_pure_lookups_run_as_local_activities(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    lookup = ECHO.replace('idempotency="none",', 'idempotency="none", timeout_ms=2_000,')
+    folder = make_agent(
+        tools={"lookup": lookup, "echo": ECHO},
+        script=[
+            {"tool_calls": [call("lookup", id="l1", text="a"), call("echo", id="e1", text="b")]},
+            "done {last_tool_result}",
+        ],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        result = await handle.result()
+    assert result.text == "done echo:b"
+    history = await fetch_history(client, handle.id)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert f"{folder.name}.lookup" not in scheduled  # a marker instead of three events
+    assert f"{folder.name}.echo" in scheduled
+    events = await toren_client.events(client, handle.id)
+    started = {e["callId"]: e for e in events if e["type"] == "ToolCallStarted"}
+    assert started["l1"]["args"] == {"text": "a"} and started["l1"]["local"] is True
+    completed = {e["callId"]: e for e in events if e["type"] == "ToolCallCompleted"}
+    assert completed["l1"]["result"] == "echo:a"

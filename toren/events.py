@@ -16,6 +16,7 @@ the log is derived from the history, which stays the one source of truth.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -64,6 +65,7 @@ class _Renderer:
         self.scheduled: dict[int, dict[str, Any]] = {}
         self.effects: dict[str, str] = {}
         self.pending: set[str] = set()
+        self.model_calls: dict[str, dict[str, Any]] = {}
         self.decided: set[str] = set()
         self.workflow_id = ""
 
@@ -150,6 +152,9 @@ class _Renderer:
         kind = meta.get("activity_type") if isinstance(meta, dict) else None
         if kind == "toren.agent_spec" and isinstance(result, dict):
             self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
+
+        elif kind and "." in kind and not kind.startswith("toren."):
+            self._local_tool(event, kind.split(".", 1)[1], result, a)
         elif (
             kind == "toren.check_approval"
             and isinstance(result, dict)
@@ -164,6 +169,29 @@ class _Renderer:
                 tool=result.get("tool"),
                 reason=result.get("reason"),
             )
+
+    def _local_tool(self, event: HistoryEvent, tool: str, result: Any, marker: Any) -> None:
+        # A local activity's marker records its result, not its input: the call's args come
+        # from the model's answer that asked for it (the result names the call).
+        call_id = result.get("call_id") if isinstance(result, dict) else None
+        call = self.model_calls.get(call_id or "", {})
+        args = call.get("arguments")
+        with contextlib.suppress(ValueError):
+            args = json.loads(args) if isinstance(args, str) else args
+        self.emit(
+            event,
+            "ToolCallStarted",
+            callId=call_id,
+            tool=tool,
+            args=args,
+            effects=self.effects.get(tool, ""),
+            local=True,
+        )
+        info = {"name": f"local.{tool}", "call_id": call_id}
+        if isinstance(result, dict):
+            self._completed(event, info, result)
+        elif marker.HasField("failure"):
+            self._failed(event, info, _failure_text(marker.failure))
 
     def _scheduled(self, event: HistoryEvent) -> None:
         a = event.activity_task_scheduled_event_attributes
@@ -224,6 +252,7 @@ class _Renderer:
             return
         if info["name"] == "toren.call_model":
             message = result.get("message") or {}
+            self.model_calls = {c.get("id", ""): c for c in message.get("tool_calls") or []}
             self.emit(
                 event,
                 "LlmCallCompleted",

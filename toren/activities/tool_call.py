@@ -145,7 +145,10 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         listing = ", ".join(f"{r['name']} ({r['id']})" for r in refs)
         result.result = (result.result or "") + f"\n[attachments: {listing}]"
     return ToolCallResult(
-        redact(result.text, secrets), result.is_error, changes=ctx.changes.to_json()
+        redact(result.text, secrets),
+        result.is_error,
+        changes=ctx.changes.to_json(),
+        call_id=input.call_id if info.is_local else None,
     )
 
 

@@ -46,6 +46,8 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
 """Start-to-close for a tool without `timeout_ms` (heartbeats catch a dead worker sooner)."""
 MODEL_TIMEOUT = timedelta(minutes=5)
+LOCAL_TOOL_MAX_MS = 10_000
+"""Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
 MAX_QUEUE_ROUNDS = 10
 """Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
@@ -456,28 +458,41 @@ class AgentRun:
             )
         else:
             close = DEFAULT_TOOL_TIMEOUT
+        call_input = ToolCallInput(
+            run_key=f"{info.workflow_id}/{info.run_id}",
+            call_id=use_id,
+            tool=tool.name,
+            args=args,
+            idempotency_key=f"{info.workflow_id}:{self._step}:{use_id}",
+            step=self._step,
+            arguments=self._arguments or None,
+            attachments=self._attachments or None,
+        )
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts or 0
+        )
         try:
-            result: ToolCallResult = await workflow.execute_activity(
-                f"{spec.name}.{tool.name}",
-                ToolCallInput(
-                    run_key=f"{info.workflow_id}/{info.run_id}",
-                    call_id=use_id,
-                    tool=tool.name,
-                    args=args,
-                    idempotency_key=f"{info.workflow_id}:{self._step}:{use_id}",
-                    step=self._step,
-                    arguments=self._arguments or None,
-                    attachments=self._attachments or None,
-                ),
-                result_type=ToolCallResult,
-                start_to_close_timeout=close,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_attempts=max_attempts or 0,
-                ),
-                summary=_summary(tool.name, args),
-            )
+            if _runs_locally(tool):
+                # A short pure lookup: a local activity saves a server round trip and two events;
+                # running it twice after a crash is harmless by its own declaration.
+                result: ToolCallResult = await workflow.execute_local_activity(
+                    f"{spec.name}.{tool.name}",
+                    call_input,
+                    result_type=ToolCallResult,
+                    start_to_close_timeout=close,
+                    retry_policy=retry,
+                    summary=_summary(tool.name, args),
+                )
+            else:
+                result = await workflow.execute_activity(
+                    f"{spec.name}.{tool.name}",
+                    call_input,
+                    result_type=ToolCallResult,
+                    start_to_close_timeout=close,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=retry,
+                    summary=_summary(tool.name, args),
+                )
             return result
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
@@ -548,6 +563,16 @@ class AgentRun:
         if self._spec is None:
             raise ApplicationError("agent spec not loaded", non_retryable=True)
         return self._spec
+
+
+def _runs_locally(tool: ToolSpec) -> bool:
+    """Whether a call runs as a local activity: no effects, no key, a short timeout."""
+    return (
+        tool.effects == "none"
+        and tool.idempotency == "none"
+        and tool.timeout_ms is not None
+        and tool.timeout_ms <= LOCAL_TOOL_MAX_MS
+    )
 
 
 def _parse_args(raw: Any) -> tuple[dict[str, Any], str | None]:

@@ -167,6 +167,8 @@ class ToolCallResult:
     is_error: bool = False
     changes: dict[str, Any] | None = None
     """What the call changed in its run (state, queued tools, events, messages), if anything."""
+    call_id: str | None = None
+    """Set when the call ran as a local activity, whose recorded marker lacks its input."""
 
 
 @dataclass
