@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import pwd
 import shutil
@@ -33,7 +34,9 @@ from toren.tools.sql_query import RESULT_BYTES, SqlQueryError
 
 
 def make_tool() -> Tool:
-    [tool] = sql_query.tools(AgentConfig(name="a", model="mock/x"), "sql_query")
+    [tool] = sql_query.tools(
+        AgentConfig.model_validate({"name": "a", "model": "mock/x"}), "sql_query"
+    )
     return tool
 
 
@@ -52,8 +55,6 @@ def ctx(url: str, **env: str) -> ToolContext:
 
 
 async def query(url: str, sql: str, limit: int | None = None, **env: str) -> Any:
-    import json
-
     args: dict[str, Any] = {"query": sql}
     if limit is not None:
         args["limit"] = limit
@@ -62,7 +63,7 @@ async def query(url: str, sql: str, limit: int | None = None, **env: str) -> Any
 
 async def refused(url: str, sql: str, **env: str) -> str:
     with pytest.raises(SqlQueryError) as err:
-        await query(url, sql, **env)
+        await query(url, sql, None, **env)
     return str(err.value)
 
 
@@ -156,17 +157,24 @@ async def test_sqlite_select(sqlite_db: Path) -> None:
         ],
     }
     # Duplicate column names stay apart; NULLs are null.
-    out = await query(url, "SELECT c.id, o.id, NULL AS empty FROM customers c JOIN orders o "
-                      "ON o.customer_id = c.id ORDER BY o.id LIMIT 1")  # fmt: skip
+    join = (
+        "SELECT c.id, o.id, NULL AS empty FROM customers c JOIN orders o "
+        "ON o.customer_id = c.id ORDER BY o.id LIMIT 1"
+    )
+    out = await query(url, join)
     assert out["rows"] == [{"id": 2, "id_2": 1, "empty": None}]
     out = await query(url, "SELECT name FROM customers WHERE name LIKE 'A%'")
     assert out["rows"] == [{"name": "Ada"}]
-    out = await query(
-        url, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) "
+    recursive = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3) "
         "SELECT x FROM c"
-    )  # fmt: skip
+    )
+    out = await query(url, recursive)
     assert [r["x"] for r in out["rows"]] == [1, 2, 3]
     assert (await query(url, "SELECT * FROM orders WHERE id < 0"))["rows"] == []
+    # Models like a trailing semicolon and comments.
+    out = await query(url, "-- count\nSELECT count(*) AS n FROM customers; -- done\n")
+    assert out["rows"] == [{"n": 2}]
 
 
 async def test_sqlite_relative_url(sqlite_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,8 +208,6 @@ async def test_sqlite_256kb_cut(sqlite_db: Path) -> None:
         ctx(sqlite_url(sqlite_db)),
     )
     assert len(text.encode()) <= RESULT_BYTES
-    import json
-
     out = json.loads(text)
     assert 20 < out["rowCount"] < 60
     assert out["truncated"] is True
@@ -240,19 +246,19 @@ SQLITE_ATTEMPTS: list[tuple[str, str]] = [
     ),
     ("WITH x AS (SELECT 9 AS id) INSERT INTO customers SELECT id, 'x' FROM x", "INSERT"),
     ("WITH d AS (DELETE FROM orders RETURNING *) SELECT * FROM d", "syntax error"),
-    ("DROP TABLE orders", "DROP TABLE 'orders'"),
-    ("DROP INDEX orders_customer", "DROP INDEX"),
-    ("CREATE TABLE evil (a)", "INSERT 'sqlite_master'"),
-    ("CREATE TEMP TABLE evil (a)", "INSERT 'sqlite_temp_master'"),
-    ("CREATE INDEX evil ON orders(total)", "INSERT 'sqlite_master'"),
-    ("CREATE VIEW evil AS SELECT 1", "INSERT 'sqlite_master'"),
+    ("DROP TABLE orders", "changing the schema (DELETE 'sqlite_master')"),
+    ("DROP INDEX orders_customer", "changing the schema"),
+    ("CREATE TABLE evil (a)", "changing the schema (INSERT 'sqlite_master')"),
+    ("CREATE TEMP TABLE evil (a)", "changing the schema (INSERT 'sqlite_temp_master')"),
+    ("CREATE INDEX evil ON orders(total)", "changing the schema"),
+    ("CREATE VIEW evil AS SELECT 1", "changing the schema"),
     (
         "CREATE TRIGGER evil AFTER INSERT ON orders BEGIN DELETE FROM orders; END",
-        "INSERT 'sqlite_master'",
+        "CREATE TRIGGER 'evil'",
     ),
-    ("CREATE VIRTUAL TABLE evil USING fts5(a)", "INSERT 'sqlite_master'"),
-    ("ALTER TABLE orders ADD COLUMN evil TEXT", "ALTER TABLE"),
-    ("ALTER TABLE orders RENAME TO evil", "ALTER TABLE"),
+    ("CREATE VIRTUAL TABLE evil USING fts5(a)", "changing the schema"),
+    ("ALTER TABLE orders ADD COLUMN evil TEXT", "ALTER TABLE 'orders'"),
+    ("ALTER TABLE orders RENAME TO evil", "ALTER TABLE 'orders'"),
     ("ATTACH DATABASE '{dir}/other.db' AS other", "ATTACH"),
     ("ATTACH DATABASE ':memory:' AS mem", "ATTACH"),
     ("DETACH DATABASE main", "DETACH 'main'"),
@@ -266,11 +272,11 @@ SQLITE_ATTEMPTS: list[tuple[str, str]] = [
     ("BEGIN", "TRANSACTION 'BEGIN'"),
     ("BEGIN IMMEDIATE", "TRANSACTION 'BEGIN'"),
     ("COMMIT", "TRANSACTION 'COMMIT'"),
-    ("SAVEPOINT s", "SAVEPOINT 'BEGIN'"),
+    ("SAVEPOINT s", "SAVEPOINT 's'"),
     ("VACUUM", "ATTACH"),
     ("VACUUM INTO '{dir}/copy.db'", "ATTACH"),
     ("REINDEX orders", "REINDEX"),
-    ("ANALYZE", "INSERT 'sqlite_master'"),
+    ("ANALYZE", "ANALYZE"),
     ("SELECT load_extension('/tmp/evil.so')", "the function 'load_extension'"),
 ]
 
@@ -407,9 +413,17 @@ def _pg_setup(server: PgServer) -> None:
             CREATE FUNCTION wipe() RETURNS bigint LANGUAGE sql
                 AS 'WITH d AS (DELETE FROM orders RETURNING 1) SELECT count(*) FROM d';
             CREATE PROCEDURE wipe_proc() LANGUAGE sql AS 'DELETE FROM orders';
+            CREATE FUNCTION wipe_dynamic() RETURNS void LANGUAGE plpgsql
+                AS $$ BEGIN EXECUTE 'DELETE FROM orders'; END $$;
             """
         )
         conn.execute("ALTER TABLE orders ADD CONSTRAINT positive CHECK (total > 0)")
+    with server.connect() as su:
+        # Runs with the superuser's rights, and is still inside the caller's transaction.
+        su.execute(
+            "CREATE FUNCTION wipe_definer() RETURNS void LANGUAGE plpgsql SECURITY DEFINER "
+            "AS $$ BEGIN DELETE FROM orders; END $$"
+        )
 
 
 PG_STATE = """
@@ -457,21 +471,29 @@ async def test_pg_select_forms(pg: PgServer) -> None:
     # % is not a placeholder: the query is sent as is.
     out = await query(url, "SELECT count(*) AS n FROM orders WHERE customer LIKE 'customer 1%'")
     assert out["rows"] == [{"n": 111}]
-    out = await query(url, "WITH big AS (SELECT id FROM orders WHERE total > 370) "
-                      "SELECT id FROM big ORDER BY id")  # fmt: skip
+    big = "WITH big AS (SELECT id FROM orders WHERE total > 370) SELECT id FROM big ORDER BY id"
+    out = await query(url, big)
     assert out["rows"] == [{"id": 297}, {"id": 298}, {"id": 299}, {"id": 300}]
     out = await query(url, "SELECT 1 AS a, 2 AS a")
     assert out["rows"] == [{"a": 1, "a_2": 2}]
-    assert (await query(url, "SHOW transaction_read_only"))["rows"] == [
-        {"transaction_read_only": "on"}
+    out = await query(url, "SELECT current_setting('transaction_read_only') AS ro")
+    assert out["rows"] == [{"ro": "on"}]
+    out = await query(url, "TABLE order_totals", limit=2)
+    assert out["rows"] == [
+        {"customer": "customer 1", "total": "1.25"},
+        {"customer": "customer 2", "total": "2.50"},
     ]
-    assert (await query(url, "EXPLAIN SELECT * FROM orders"))["rowCount"] >= 1
+    # A query string with braces and a comment is sent untouched.
+    out = await query(url, "SELECT '{}' AS b -- {x} %s\n")
+    assert out["rows"] == [{"b": "{}"}]
     assert (await query(url, "VALUES (1, 'x')"))["rows"] == [{"column1": 1, "column2": "x"}]
     assert (await query(url, "SELECT * FROM orders WHERE id < 0")) == {
         "rowCount": 0,
         "truncated": False,
         "rows": [],
     }
+    out = await query(url, "-- count\nSELECT count(*) AS n FROM orders; -- done\n")
+    assert out["rows"] == [{"n": 300}]
     out = await query(pg.url("agent", scheme="postgres"), "SELECT current_user AS u")
     assert out["rows"] == [{"u": "agent"}]
 
@@ -482,14 +504,12 @@ async def test_pg_limit_and_truncated(pg: PgServer) -> None:
     assert out["rowCount"] == 100 and out["truncated"] is True
     out = await query(url, "SELECT id FROM orders ORDER BY id", limit=500)
     assert out["rowCount"] == 300 and out["truncated"] is False
-    # A result far beyond the limit is streamed, not loaded: this returns at once.
-    out = await query(url, "SELECT i FROM generate_series(1, 10000000) AS i", limit=3)
+    # A result far beyond the limit is fetched in small batches, never loaded whole.
+    out = await query(url, "SELECT i FROM generate_series(1, 1000000) AS i", limit=3)
     assert out == {"rowCount": 3, "truncated": True, "rows": [{"i": 1}, {"i": 2}, {"i": 3}]}
 
 
 async def test_pg_256kb_cut(pg: PgServer) -> None:
-    import json
-
     text = await TOOL.invoke(
         {"query": "SELECT id, body FROM docs ORDER BY id", "limit": 500}, ctx(pg.url("agent"))
     )
@@ -534,77 +554,100 @@ async def test_pg_connection_errors_hide_the_password(pg: PgServer) -> None:
     assert "cannot connect to PostgreSQL" in message and "hunter2secret" not in message
 
 
+ONLY_QUERIES = "sql_query runs only queries (SELECT, WITH ... SELECT, VALUES, TABLE)"
+READ_ONLY = "in a read-only transaction"
+
+# (attempt, expected fragment of the error). `agent` owns every object, so statements that parse
+# as a query are stopped by the read-only transaction (or privileges), not by ownership.
 PG_ATTEMPTS: list[tuple[str, str]] = [
-    ("INSERT INTO orders (id, customer) VALUES (999, 'x')", "cannot execute INSERT in a read-only"),
-    (
-        "INSERT INTO orders (id, customer) VALUES (1, 'x') ON CONFLICT DO NOTHING",
-        "cannot execute INSERT in a read-only",
-    ),
-    ("UPDATE orders SET total = 1", "cannot execute UPDATE in a read-only"),
-    ("DELETE FROM orders", "cannot execute DELETE in a read-only"),
+    # Statements that are not queries: PostgreSQL's grammar refuses them after DECLARE CURSOR.
+    ("INSERT INTO orders (id, customer) VALUES (999, 'x')", ONLY_QUERIES),
+    ("UPDATE orders SET total = 1", ONLY_QUERIES),
+    ("DELETE FROM orders", ONLY_QUERIES),
     (
         "MERGE INTO orders o USING (SELECT 1 AS id) s ON o.id = s.id WHEN MATCHED THEN DELETE",
-        "read-only",
+        ONLY_QUERIES,
     ),
-    ("TRUNCATE orders", "cannot execute TRUNCATE TABLE in a read-only"),
-    ("DROP TABLE orders", "cannot execute DROP TABLE in a read-only"),
-    ("CREATE TABLE evil (a int)", "cannot execute CREATE TABLE in a read-only"),
-    ("CREATE TEMP TABLE evil (a int)", "cannot execute CREATE TABLE in a read-only"),
-    ("CREATE INDEX ON orders (total)", "cannot execute CREATE INDEX in a read-only"),
-    ("ALTER TABLE orders ADD COLUMN evil int", "cannot execute ALTER TABLE in a read-only"),
-    ("SELECT * INTO evil FROM orders", "cannot execute SELECT INTO in a read-only"),
+    ("TRUNCATE orders", ONLY_QUERIES),
+    ("DROP TABLE orders", ONLY_QUERIES),
+    ("CREATE TABLE evil (a int)", ONLY_QUERIES),
+    ("CREATE TEMP TABLE evil (a int)", ONLY_QUERIES),
+    ("CREATE INDEX ON orders (total)", ONLY_QUERIES),
+    ("ALTER TABLE orders ADD COLUMN evil int", ONLY_QUERIES),
+    ("ALTER ROLE agent SET default_transaction_read_only = off", ONLY_QUERIES),
+    ("GRANT SELECT ON orders TO reader", ONLY_QUERIES),
+    ("COMMENT ON TABLE orders IS 'pwned'", ONLY_QUERIES),
+    ("REFRESH MATERIALIZED VIEW order_totals", ONLY_QUERIES),
+    ("COPY orders TO '/tmp/toren-copy-{n}'", ONLY_QUERIES),
+    ("COPY (SELECT 1) TO PROGRAM 'touch /tmp/toren-prog-{n}'", ONLY_QUERIES),
+    ("COPY orders FROM '/etc/hostname'", ONLY_QUERIES),
+    ("COPY orders TO STDOUT", ONLY_QUERIES),
+    ("COPY orders FROM STDIN", ONLY_QUERIES),
+    ("SET default_transaction_read_only = off", ONLY_QUERIES),
+    ("SET TRANSACTION READ WRITE", ONLY_QUERIES),
+    ("SET ROLE postgres", ONLY_QUERIES),
+    ("SET SESSION AUTHORIZATION postgres", ONLY_QUERIES),
+    ("BEGIN", ONLY_QUERIES),
+    ("COMMIT", ONLY_QUERIES),
+    ("ROLLBACK", ONLY_QUERIES),
+    ("BEGIN; DELETE FROM orders", ONLY_QUERIES),
+    ("COMMIT; DELETE FROM orders", ONLY_QUERIES),
+    ("VACUUM", ONLY_QUERIES),
+    ("VACUUM FULL orders", ONLY_QUERIES),
+    # Maintenance a read-only transaction would let the owner run (then roll back).
+    ("ANALYZE orders", ONLY_QUERIES),
+    ("CLUSTER orders USING orders_pkey", ONLY_QUERIES),
+    ("REINDEX TABLE orders", ONLY_QUERIES),
+    ("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE", ONLY_QUERIES),
+    ("NOTIFY orders_changed", ONLY_QUERIES),
+    ("LISTEN orders_changed", ONLY_QUERIES),
+    ("PREPARE p AS DELETE FROM orders", ONLY_QUERIES),
+    ("DISCARD ALL", ONLY_QUERIES),
+    ("DO $$ BEGIN DELETE FROM orders; END $$", ONLY_QUERIES),
+    ("CALL wipe_proc()", ONLY_QUERIES),
+    ("EXPLAIN ANALYZE DELETE FROM orders", ONLY_QUERIES),
+    # More than one statement: the extended protocol takes exactly one.
+    ("SELECT 1; DELETE FROM orders", "only one statement per call"),
+    ("SELECT 1; COMMIT; DELETE FROM orders", "only one statement per call"),
+    (
+        "SELECT set_config('transaction_read_only', 'off', false); DELETE FROM orders",
+        "only one statement per call",
+    ),
+    # Queries that try to write: the read-only transaction refuses them.
     (
         "WITH d AS (DELETE FROM orders RETURNING *) SELECT * FROM d",
-        "cannot execute SELECT in a read-only",
+        "must not contain data-modifying statements in WITH",
     ),
-    ("SELECT * FROM orders FOR UPDATE", "cannot execute SELECT FOR UPDATE in a read-only"),
-    ("EXPLAIN ANALYZE DELETE FROM orders", "cannot execute DELETE in a read-only"),
-    ("DO $$ BEGIN DELETE FROM orders; END $$", "cannot execute DELETE in a read-only"),
-    ("SELECT wipe()", "cannot execute DELETE in a read-only"),
-    ("CALL wipe_proc()", "cannot execute DELETE in a read-only"),
-    ("SELECT nextval('order_seq')", "cannot execute nextval() in a read-only"),
-    ("SELECT setval('order_seq', 42)", "cannot execute setval() in a read-only"),
+    ("SELECT * INTO evil FROM orders", "SELECT ... INTO is not allowed here"),
+    ("SELECT * FROM orders FOR UPDATE", "cannot execute SELECT FOR UPDATE " + READ_ONLY),
+    ("SELECT * FROM orders FOR SHARE", "cannot execute SELECT FOR SHARE " + READ_ONLY),
+    ("SELECT wipe()", READ_ONLY),
+    ("SELECT wipe_definer()", READ_ONLY),
+    ("SELECT wipe_dynamic()", "cannot execute DELETE " + READ_ONLY),
+    (
+        "SELECT query_to_xml('DELETE FROM orders RETURNING id', true, false, '')",
+        "DELETE is not allowed in a non-volatile function",
+    ),
+    (
+        "SELECT query_to_xml('CREATE TABLE evil AS SELECT 1', true, false, '')",
+        "CREATE TABLE AS is not allowed in a non-volatile function",
+    ),
+    ("SELECT nextval('order_seq')", "cannot execute nextval() " + READ_ONLY),
+    ("VALUES (nextval('order_seq'))", "cannot execute nextval() " + READ_ONLY),
+    ("SELECT setval('order_seq', 42)", "cannot execute setval() " + READ_ONLY),
     (
         "SELECT set_config('transaction_read_only', 'off', false)",
         "transaction read-write mode must be set before any query",
     ),
-    ("SET TRANSACTION READ WRITE", "transaction read-write mode must be set before any query"),
-    ("SET default_transaction_read_only = off", "returned no rows"),
+    (
+        "SELECT set_config('transaction_read_only', 'off', true)",
+        "transaction read-write mode must be set before any query",
+    ),
+    # Server-side file and session escapes: privileges refuse them (agent is no superuser).
     ("SELECT lo_import('/etc/hostname')", "permission denied for function lo_import"),
-    ("SELECT lo_export(0, '/tmp/toren-lo')", "permission denied for function lo_export"),
-    ("COPY orders TO '/tmp/toren-copy-{n}'", "pg_write_server_files"),
-    ("COPY (SELECT 1) TO PROGRAM 'touch /tmp/toren-prog-{n}'", "pg_execute_server_program"),
-    ("COPY orders FROM '/etc/hostname'", "read-only"),
-    ("COPY orders TO STDOUT", "COPY is not supported"),
-    ("COPY orders FROM STDIN", "read-only"),
-    ("SELECT 1; DELETE FROM orders", "only one statement per call"),
-    ("BEGIN; DELETE FROM orders", "only one statement per call"),
-    ("COMMIT; DELETE FROM orders", "only one statement per call"),
-    (
-        "SET default_transaction_read_only = off; COMMIT; DELETE FROM orders",
-        "only one statement per call",
-    ),
-    ("BEGIN", "returned no rows"),
-    ("COMMIT", "returned no rows"),
-    ("ROLLBACK", "returned no rows"),
-    ("VACUUM", "VACUUM cannot run inside a transaction block"),
-    ("VACUUM FULL orders", "VACUUM cannot run inside a transaction block"),
-    ("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE", "read-only"),
-    ("NOTIFY orders_changed", "returned no rows"),
-    ("LISTEN orders_changed", "returned no rows"),
-    ("PREPARE p AS DELETE FROM orders", "returned no rows"),
-    ("GRANT SELECT ON orders TO reader", "cannot execute GRANT in a read-only"),
-    ("COMMENT ON TABLE orders IS 'pwned'", "cannot execute COMMENT in a read-only"),
-    (
-        "ALTER ROLE agent SET default_transaction_read_only = off",
-        "cannot execute ALTER ROLE in a read-only",
-    ),
-    ("REFRESH MATERIALIZED VIEW order_totals", "read-only"),
-    ("CLUSTER orders USING orders_pkey", "returned no rows"),
-    ("REINDEX TABLE orders", "returned no rows"),
-    ("SET ROLE postgres", 'permission denied to set role "postgres"'),
-    ("SET SESSION AUTHORIZATION postgres", "permission denied to set session authorization"),
-    ("DISCARD ALL", "DISCARD ALL cannot run inside a transaction block"),
+    ("SELECT lo_export(0, '/tmp/toren-lo-{n}')", "permission denied for function lo_export"),
+    ("SELECT pg_read_file('/etc/hostname')", "permission denied for function pg_read_file"),
+    ("SELECT pg_reload_conf()", "permission denied for function pg_reload_conf"),
 ]
 
 
@@ -615,10 +658,10 @@ async def test_pg_write_attempt_is_refused(pg: PgServer, sql: str, expected: str
     message = await refused(pg.url("agent"), sql.format(n=n))
     assert expected in message
     assert pg_state(pg) == before
-    assert not Path(f"/tmp/toren-copy-{n}").exists()
-    assert not Path(f"/tmp/toren-prog-{n}").exists()
+    for kind in ("copy", "prog", "lo"):
+        assert not Path(f"/tmp/toren-{kind}-{n}").exists()
     # The next call is as read-only as ever.
-    assert "read-only" in await refused(pg.url("agent"), "DELETE FROM orders")
+    assert READ_ONLY in await refused(pg.url("agent"), "SELECT nextval('order_seq')")
 
 
 def test_pg_has_enough_attempts() -> None:
@@ -645,4 +688,4 @@ async def test_pg_allowed_statement_leaves_nothing(pg: PgServer, sql: str) -> No
         listener.execute("SELECT 1")  # delivers any pending notification
         assert list(listener.notifies(timeout=0.2)) == []
     assert pg_state(pg) == before
-    assert "read-only" in await refused(pg.url("agent"), "DELETE FROM orders")
+    assert READ_ONLY in await refused(pg.url("agent"), "SELECT nextval('order_seq')")

@@ -261,3 +261,68 @@ async def test_missing_variable_reaches_the_model_and_secrets_are_redacted(
         result = await handle.result()
     assert result.text == "saw: tool use failed: RuntimeError: token is [redacted]"
     assert token.encode() not in (await fetch_history(client, handle.id)).to_json().encode()
+
+
+MAKE_FILE = """
+import hashlib, os
+from toren import Attachment, ToolResult, define_tool
+
+def render(args, ctx):
+    data = os.urandom(3 * 1024 * 1024)
+    with open(ctx.env["SHA_FILE"], "w") as f:
+        f.write(hashlib.sha256(data).hexdigest())
+    return ToolResult(result="rendered the chart", attachments=[
+        Attachment(name="chart.png", mime_type="image/png", data=data, width=800, height=600)])
+
+tool = define_tool(description="Render a chart.", handler=render)
+"""
+
+READ_FILE = """
+import hashlib
+from toren import define_tool
+from toren.attachments import open_store
+
+def read(args, ctx):
+    return hashlib.sha256(open_store().get_blob(args["id"])).hexdigest()
+
+tool = define_tool(
+    description="Read a file back.",
+    input={"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+    handler=read,
+)
+"""
+
+
+async def test_returned_attachment_round_trips_by_id_outside_history(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, monkeypatch: Any
+) -> None:
+    import json as _json
+
+    monkeypatch.setenv("TOREN_ATTACHMENTS", str(tmp_path / "store"))
+    sha_file = tmp_path / "sha.txt"
+
+    def read_back(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        content = messages[-1]["content"]
+        file_id = content.split("chart.png (")[1].split(")")[0]
+        return step({"id": "r", "name": "read_file", "args": {"id": file_id}})
+
+    folder = make_agent(
+        tools={"make_file": MAKE_FILE, "read_file": READ_FILE},
+        env={"required": ["SHA_FILE"]},
+    )
+    model = ScriptedModel([step(call("make_file", "m")), read_back, "sha {last_tool_result}"])
+    async with serve(
+        client, [folder], environ={"SHA_FILE": str(sha_file)}, models={"mock/scripted": model}
+    ):
+        handle = await toren_client.start_run(client, folder.name, "chart it")
+        result = await handle.result()
+    assert result.text == f"sha {sha_file.read_text()}"
+    history = await fetch_history(client, handle.id)
+    size = sum(e.ByteSize() for e in history.events)
+    assert size < 100_000, size
+    events = render(history)
+    done = next(e for e in events if e["type"] == "ToolCallCompleted" and e["tool"] == "make_file")
+    (ref,) = done["attachments"]
+    assert ref["name"] == "chart.png" and ref["size"] == 3 * 1024 * 1024 and ref["chunks"] == 2
+    assert _json.dumps(ref) in _json.dumps(done)
+    assert len(list((tmp_path / "store" / ref["id"] / "blob").glob("*.bin"))) == 2

@@ -76,7 +76,11 @@ async def test_approvals_state_and_queries_cross_the_boundary(
     steps = [{"tool_calls": [{"name": "count", "args": {"stateful": True}}]} for _ in range(40)]
     folder = make_agent(
         tools={"count": COUNT, "gated": GATED},
-        script=[*steps, {"tool_calls": [{"id": "g", "name": "gated", "args": {}}]}, "end {last_tool_result}"],
+        script=[
+            *steps,
+            {"tool_calls": [{"id": "g", "name": "gated", "args": {}}]},
+            "end {last_tool_result}",
+        ],
         limits={"continueAsNewAfterEvents": 150},
     )
     async with serve(client, [folder]):
@@ -98,4 +102,4 @@ async def test_approvals_state_and_queries_cross_the_boundary(
     assert "RunContinuedAsNew" in kinds
     assert kinds.count("ToolCallCompleted") == 41
     history = await client.get_workflow_handle(handle.id).fetch_history()
-    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED == history.events[0].event_type
+    assert history.events[0].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED

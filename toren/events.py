@@ -114,6 +114,34 @@ class _Renderer:
                 decision = _first(update.outcome.success)
                 if isinstance(decision, dict) and "approved" in decision:
                     self._resolved(event, decision)
+        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            child = event.start_child_workflow_execution_initiated_event_attributes
+            self.emit(
+                event,
+                "ProcessStarted",
+                runId=child.workflow_id,
+                workflow=child.workflow_type.name,
+                taskQueue=child.task_queue.name,
+            )
+        elif t == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+            done_child = event.child_workflow_execution_completed_event_attributes
+            output = _first(done_child.result)
+            if isinstance(output, dict) and "text" in output:
+                output = output["text"]
+            self.emit(
+                event,
+                "ProcessCompleted",
+                runId=done_child.workflow_execution.workflow_id,
+                output=output,
+            )
+        elif t == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED:
+            failed_child = event.child_workflow_execution_failed_event_attributes
+            self.emit(
+                event,
+                "ProcessFailed",
+                runId=failed_child.workflow_execution.workflow_id,
+                error=_failure_text(failed_child.failure),
+            )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = _first(event.workflow_execution_completed_event_attributes.result) or {}
             self.emit(

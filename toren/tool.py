@@ -87,6 +87,8 @@ class Tool:
     """Tools this one may call with `ctx.invoke_tool` (checked when the agent loads)."""
     variables: tuple[Variable, ...] = ()
     """Env values this tool needs, resolved from the worker's environment before each call."""
+    native: str | None = None
+    """For built-ins the workflow runs itself (`run_process`, `check_run`); not an activity."""
     schema: dict[str, Any] = field(default_factory=dict)
     """The JSON Schema the model sees, derived from `input`."""
     source: str | None = None

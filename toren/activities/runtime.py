@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from toren.agent import Agent, load_agent
 from toren.errors import ConfigError
 from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
 from toren.tool import Tool
+from toren.tools.processes import process_specs
 from toren.transcript import TranscriptCache, tool_message
 from toren.workflows.types import (
     AgentSpec,
@@ -58,6 +59,7 @@ class LoadedAgent:
     env: dict[str, str]
     provider: ModelProvider
     model: str
+    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def spec(self, search_attributes: Sequence[str] = ()) -> AgentSpec:
         """The spec the workflow records once per run."""
@@ -76,6 +78,7 @@ class LoadedAgent:
                     timeout_ms=t.timeout_ms,
                     max_attempts=t.max_attempts,
                     approval_timeout_s=t.approval_timeout_s,
+                    native=t.native,
                 )
                 for t in self.agent.tools.values()
             ],
@@ -87,6 +90,7 @@ class LoadedAgent:
             ),
             max_tokens=self.agent.config.max_tokens,
             search_attributes=list(search_attributes),
+            processes=self.processes,
             continue_after_events=limits.continue_as_new_after_events,
             continue_after_bytes=(
                 int(limits.continue_as_new_after_mb * 1_000_000)
@@ -148,7 +152,12 @@ class AgentRuntime:
                             ", ".join(absent),
                         )
                 provider = (models or {}).get(model) or provider_for(model, env, agent.folder)
-                loaded.append(LoadedAgent(agent=agent, env=env, provider=provider, model=model))
+                processes = process_specs(agent.config, agent.folder)
+                loaded.append(
+                    LoadedAgent(
+                        agent=agent, env=env, provider=provider, model=model, processes=processes
+                    )
+                )
             except ConfigError as err:
                 problems += err.problems
         names = [a.agent.name for a in loaded]
@@ -171,7 +180,8 @@ class AgentRuntime:
         acts: list[Callable[..., Any]] = [self.agent_spec, self.check_approval, self.call_model]
         for a in served:
             for tool in a.agent.tools.values():
-                acts.append(self._tool_activity(a, tool))
+                if not tool.native:
+                    acts.append(self._tool_activity(a, tool))
         return acts
 
     def _get(self, agent: str) -> LoadedAgent:
@@ -248,12 +258,22 @@ class AgentRuntime:
                         timedelta(seconds=err.retry_after) if err.retry_after else None
                     ),
                 ) from None
+            except (asyncio.CancelledError, ApplicationError):
+                raise
+            except Exception as err:
+                # Not an HTTP failure (those are ModelHTTPError): a bug in a provider or a
+                # scripted step; retrying would only repeat it.
+                raise ApplicationError(
+                    redact(f"{type(err).__name__}: {err}", loaded.secrets()),
+                    type="ModelProviderError",
+                    non_retryable=True,
+                ) from err
         message = reply.message()
         self.transcripts.store(input.run_key, [*messages, message])
         return ModelCallResult(message=message, usage=reply.usage, model=reply.model)
 
     async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
-        workflow_id, _, run_id = run_key.partition("/")
+        workflow_id, _, run_id = run_key.rpartition("/")
         handle = activity.client().get_workflow_handle(workflow_id, run_id=run_id or None)
         messages: list[dict[str, Any]] = await handle.query("transcript", args=[0, count])
         return messages

@@ -51,7 +51,7 @@ class RunHooks:
         self.depth = 0
 
     def _handle(self) -> Any:
-        workflow_id, _, run_id = self.run_key.partition("/")
+        workflow_id, _, run_id = self.run_key.rpartition("/")
         return activity.client().get_workflow_handle(workflow_id, run_id=run_id or None)
 
     async def read_state(self) -> dict[str, Any]:

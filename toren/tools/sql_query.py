@@ -2,12 +2,10 @@ r"""The `sql_query` built-in: one read-only SQL query against SQLite or PostgreS
 
 ```yaml
 # agent.yaml
-builtin_tools: [sql_query]     # the worker then requires SQL_DATABASE_URL, e.g.
-                               #   sqlite:///data/shop.db  (relative)  sqlite:////srv/shop.db
-                               #   postgresql://agent_ro:pw@db.internal:5432/shop
-env:
-  optional:
-    SQL_STATEMENT_TIMEOUT_MS: "10000"   # per query; at most 25000 (the tool's timeout is 30 s)
+builtin_tools: [sql_query]   # the worker then requires SQL_DATABASE_URL, e.g.
+                             #   sqlite:///data/shop.db  (relative)  sqlite:////srv/shop.db
+                             #   postgresql://agent_ro:pw@db.internal:5432/shop
+                             # optional: SQL_STATEMENT_TIMEOUT_MS (default 10000, at most 25000)
 ```
 
 The model calls `sql_query {"query": "SELECT id, total FROM orders", "limit": 20}` and gets
@@ -18,12 +16,14 @@ Read-only is enforced by the database, not by reading the SQL:
 - SQLite opens the file with `mode=ro` and `PRAGMA query_only=ON`, allows no attached
   databases, and an authorizer denies every action but reading (so `ATTACH`, `VACUUM INTO`,
   pragma writes and DDL are refused while the statement is compiled).
-- PostgreSQL runs the query in `BEGIN READ ONLY` (after `SET default_transaction_read_only`),
-  with `SET LOCAL statement_timeout`, through the extended protocol (which accepts exactly one
-  statement), and always rolls back. Superusers, and members of `pg_write_server_files` or
-  `pg_execute_server_program`, are refused: they can write files or run programs (`COPY ... TO
-  PROGRAM`) even in a read-only transaction. Use a role with `SELECT`-only grants; that is the
-  real boundary (extensions such as dblink can reach other sessions).
+- PostgreSQL runs the query as a server-side cursor (`DECLARE ... CURSOR FOR <query>`, sent
+  through the extended protocol: exactly one statement, and the grammar accepts only a query
+  there) in `BEGIN READ ONLY` (after `SET default_transaction_read_only = on`) with
+  `SET LOCAL statement_timeout`, and always rolls back. Superusers, and members of
+  `pg_write_server_files` or `pg_execute_server_program`, are refused: they can write files or
+  run programs (`COPY ... TO PROGRAM`, `lo_export`) even in a read-only transaction. Use a role
+  with `SELECT`-only grants; that is the real boundary (extensions such as dblink can reach
+  other sessions, and a role may cancel or terminate its own other sessions).
 
 Connections are opened per call and closed: nothing to leak across worker restarts. Results
 hold at most `limit` rows and stay under 256 KB (rows are dropped, with a `note`), far below
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.tool import Tool, ToolContext, define_tool
+from toren.tool import Tool, ToolContext, Variable, define_tool
 
 if TYPE_CHECKING:
     from toren.agent import AgentConfig
@@ -96,8 +96,8 @@ class SqlQueryInput(BaseModel):
         min_length=1,
         pattern=r"\S",
         description=(
-            "Exactly one read-only SQL statement: SELECT, WITH ... SELECT, VALUES "
-            "(PostgreSQL also SHOW and EXPLAIN). Writes and multiple statements are refused."
+            "Exactly one read-only query: SELECT, WITH ... SELECT or VALUES. Writes, DDL, "
+            "other statements and multiple statements are refused."
         ),
     )
     limit: int = Field(
@@ -281,6 +281,8 @@ _SQLITE_ACTIONS = {
     if hasattr(sqlite3, name)
 }
 
+_SQLITE_NAME_SECOND = {sqlite3.SQLITE_ALTER_TABLE, sqlite3.SQLITE_SAVEPOINT}
+
 _SQLITE_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
 
 # Pragmas that only describe the schema, whatever their argument (a table or index name).
@@ -294,6 +296,8 @@ _SQLITE_READ_PRAGMAS = {
     "foreign_key_list",
     "database_list",
 }
+
+_SQLITE_SCHEMA = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
 
 # Functions refused even though extension loading is off by default: belt and braces.
 _SQLITE_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer"}
@@ -356,9 +360,9 @@ def _run_sqlite(path: Path, query: str, limit: int, timeout_ms: int) -> dict[str
             raise SqlQueryError(f"SQLite refused the query: {_describe(err)}") from None
         except sqlite3.Error as err:
             if denied:
-                # Name the statement's own action (DROP TABLE 't') over the schema-table write
-                # SQLite checks along the way (DELETE 'sqlite_master').
-                named = [d for d in denied if "sqlite_" not in d] or denied
+                # Name the statement's own action (CREATE TRIGGER 'x') over the schema-table
+                # write SQLite checks along the way.
+                named = [d for d in denied if not d.startswith("changing the schema")] or denied
                 raise SqlQueryError(
                     f"SQLite refused the query: {named[0]} is not allowed; {_READ_ONLY_HINT}"
                 ) from None
@@ -386,8 +390,12 @@ def _sqlite_authorizer(denied: list[str]) -> Callable[..., int]:
         if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _SQLITE_READ_PRAGMAS:
             return sqlite3.SQLITE_OK
         what = _SQLITE_ACTIONS.get(action, f"action {action}")
-        target = next((a for a in (arg1, arg2) if a), None)
-        denied.append(f"{what} {target!r}" if target else what)
+        # ALTER TABLE and SAVEPOINT put the database or the operation first, the name second.
+        names = (arg2, arg1) if action in _SQLITE_NAME_SECOND else (arg1, arg2)
+        target = next((a for a in names if a), None)
+        text = f"{what} {target!r}" if target else what
+        # DDL shows up first as a write to the schema table; say what that means.
+        denied.append(f"changing the schema ({text})" if target in _SQLITE_SCHEMA else text)
         return sqlite3.SQLITE_DENY
 
     return authorize
@@ -401,6 +409,15 @@ SELECT current_user::text,
        pg_has_role(current_user, 'pg_write_server_files', 'MEMBER'),
        pg_has_role(current_user, 'pg_execute_server_program', 'MEMBER')
 """
+
+
+_CURSOR = "toren_sql_query"
+_DECLARE = f'DECLARE "{_CURSOR}" NO SCROLL CURSOR FOR '
+"""What psycopg puts before the model's query; PostgreSQL's grammar accepts only a query after
+it (SELECT, VALUES, TABLE, WITH ... SELECT without data-modifying parts)."""
+
+_FETCH_ROWS = 50
+"""Rows per FETCH: small batches, so a result of huge rows never sits in memory at once."""
 
 
 def _run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str, Any]:
@@ -444,17 +461,17 @@ def _run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str
                 "Connect as a role with SELECT-only grants, e.g. CREATE ROLE agent_ro LOGIN "
                 "PASSWORD '...'; GRANT SELECT ON ALL TABLES IN SCHEMA public TO agent_ro;"
             )
-        cursor = conn.cursor()
-        collector: _Collector | None = None
-        # stream() sends the query through the extended protocol, which the server accepts
-        # only as one statement, and does not parse % placeholders since there are no params.
-        # Rows arrive one at a time, so a huge result is never held in memory.
-        for values in cursor.stream(query):
-            if collector is None:
-                collector = _Collector([c.name for c in cursor.description or ()], limit)
-            if not collector.add(values):
-                break
-        return (collector or _Collector([], limit)).result()
+        # A server-side cursor: psycopg sends `DECLARE ... CURSOR FOR <query>` through the
+        # extended protocol, so PostgreSQL accepts exactly one statement, and only a query:
+        # ANALYZE, CLUSTER, LOCK, COPY, SET and friends (which a read-only transaction lets
+        # an owner run) are syntax errors there. With no params, % and {} are sent as is.
+        with conn.cursor(name=_CURSOR, scrollable=False) as cursor:
+            cursor.execute(query)
+            collector = _Collector([c.name for c in cursor.description or ()], limit)
+            while batch := cursor.fetchmany(_FETCH_ROWS):
+                if not all(collector.add(values) for values in batch):
+                    break
+            return collector.result()
     except psycopg.Error as err:
         raise SqlQueryError(_scrub(_postgres_message(err), url, password)) from None
     finally:
@@ -464,26 +481,46 @@ def _run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str
         conn.close()
 
 
-def _postgres_message(err: Exception) -> str:
-    text = _describe(err)
+def _postgres_message(err: Any) -> str:
+    text = _without_declare(_describe(err))
     sqlstate = getattr(err, "sqlstate", None)
     if sqlstate is None:
-        # Raised by psycopg itself, not the server.
-        if "COPY" in text:
-            return f"COPY is not supported; {_READ_ONLY_HINT} ({text})"
-        if "didn't produce a result" in text:
-            return (
-                "the statement returned no rows to read and was rolled back; sql_query runs "
-                "one query that returns rows (SELECT, WITH ... SELECT, VALUES, SHOW, EXPLAIN)"
-            )
         return f"PostgreSQL client error: {text}"
     if "multiple commands" in text:
         return f"only one statement per call ({text}); send each query in its own call"
-    if sqlstate == "25006":  # read_only_sql_transaction
+    position = getattr(getattr(err, "diag", None), "statement_position", None)
+    if sqlstate == "42601" and position == str(len(_DECLARE) + 1):
+        # The grammar rejected the very first word: the statement is not a query.
+        return (
+            f"sql_query runs only queries (SELECT, WITH ... SELECT, VALUES, TABLE); "
+            f"PostgreSQL said: {text}"
+        )
+    # read_only_sql_transaction, active_sql_transaction (SET TRANSACTION READ WRITE too late),
+    # feature_not_supported (data-modifying WITH in a cursor)
+    if sqlstate in ("25006", "25001", "0A000"):
         return f"PostgreSQL refused the query: {text} ({_READ_ONLY_HINT})"
     if sqlstate == "57014":  # query_canceled: the statement timeout fired
         return f"PostgreSQL cancelled the query: {text}; narrow it (WHERE, LIMIT) or aggregate"
     return f"PostgreSQL error: {text}"
+
+
+def _without_declare(text: str) -> str:
+    # Error excerpts quote `DECLARE ... CURSOR FOR <query>` (or its tail after "..."); show the
+    # model its own query, with the caret line under it shifted by as much.
+    lines = text.split("\n")
+    marker = " CURSOR FOR "
+    for i, line in enumerate(lines):
+        if not line.startswith("LINE ") or marker not in line:
+            continue
+        start = line.index(": ") + 2
+        if not (line.startswith(_DECLARE, start) or line.startswith("...", start)):
+            continue
+        cut = line.index(marker) + len(marker)
+        lines[i] = line[:start] + line[cut:]
+        if i + 1 < len(lines) and lines[i + 1].strip() == "^":
+            caret = lines[i + 1]
+            lines[i + 1] = caret[:start] + caret[cut:]
+    return "\n".join(lines)
 
 
 def _scrub(text: str, url: str, password: str) -> str:
@@ -513,6 +550,8 @@ def tools(config: AgentConfig, name: str) -> list[Tool]:
             approval="never",
             timeout_ms=TOOL_TIMEOUT_MS,
             max_attempts=3,
+            # Optional and not secret: resolved into ctx.env from the worker's environment.
+            variables=[Variable("SQL_STATEMENT_TIMEOUT_MS", type="text", required=False)],
             handler=run_query,
         )
     ]

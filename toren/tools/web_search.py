@@ -2,10 +2,8 @@
 
 ```yaml
 # agent.yaml
-builtin_tools: [web_search]          # the worker then requires TAVILY_API_KEY
-env:
-  optional:
-    TAVILY_BASE_URL: https://api.tavily.com   # only to point at a proxy or a fake
+builtin_tools: [web_search]   # the worker then requires TAVILY_API_KEY; an optional
+                              # TAVILY_BASE_URL in its environment points at a proxy or a fake
 ```
 
 The model calls `web_search {"query": "temporal durable execution", "max_results": 3}` and
@@ -27,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
 from toren.models.openai import retry_after
-from toren.tool import Tool, ToolContext, define_tool
+from toren.tool import Tool, ToolContext, Variable, define_tool
 
 if TYPE_CHECKING:
     from toren.agent import AgentConfig
@@ -196,6 +194,8 @@ def tools(config: AgentConfig, name: str) -> list[Tool]:
             timeout_ms=30_000,
             # 429/5xx retries: a few, then the call fails closed instead of spinning.
             max_attempts=3,
+            # Optional and not secret: resolved into ctx.env from the worker's environment.
+            variables=[Variable("TAVILY_BASE_URL", type="text", required=False)],
             handler=search,
         )
     ]

@@ -15,11 +15,19 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from toren.errors import RunError
     from toren.schema import validate_args
+    from toren.tools.processes import OUTPUT_CHARS
     from toren.transcript import EMPTY_DIGEST, chain, tool_message
     from toren.workflows import approvals
     from toren.workflows.types import (
@@ -85,6 +93,9 @@ class AgentRun:
         self._pending_count = -1
         self._deadline: datetime | None = None
         self._runs = 1
+        self._children: dict[str, dict[str, Any]] = {}
+        self._watchers: list[asyncio.Future[None]] = []
+        self._notices: list[Message] = []
         self._input = RunInput(agent="", prompt="")
 
     # -- the run --------------------------------------------------------------------------
@@ -137,6 +148,8 @@ class AgentRun:
     def _should_continue(self) -> bool:
         spec = self._require_spec()
         info = workflow.info()
+        if any(c["status"] == "running" for c in self._children.values()):
+            return False  # a running child's result only reaches this run
         return (
             info.is_continue_as_new_suggested()
             or bool(
@@ -163,6 +176,7 @@ class AgentRun:
             call_ids=sorted(self._call_ids),
             queued=self._queued,
             refused=self._approvals.refused,
+            children=self._children,
             deadline=self._deadline.isoformat() if self._deadline else None,
             runs=self._runs + 1,
         )
@@ -189,6 +203,7 @@ class AgentRun:
         self._call_ids = set(carry.call_ids)
         self._queued = carry.queued
         self._approvals.refused = list(carry.refused)
+        self._children = dict(carry.children)
         self._deadline = datetime.fromisoformat(carry.deadline) if carry.deadline else None
         self._runs = carry.runs
 
@@ -240,6 +255,9 @@ class AgentRun:
                     kind="BudgetExceeded",
                 )
             self._step += 1
+            for notice in self._notices:
+                self._append(notice, {"message": notice})
+            self._notices = []
             reply = await self._call_model()
             calls = reply.message.get("tool_calls") or []
             if not calls:
@@ -399,9 +417,72 @@ class AgentRun:
                 comment = f": {decision.comment}" if decision.comment else ""
                 return error(f"denied by {decision.by}{comment}")
 
+        if tool.native:
+            text, failed = await self._run_native(tool, use_id, args)
+            message = tool_message(use_id, name, text, failed)
+            return message, {"message": message}, None
+
         result = await self._execute_tool(tool, call_id, use_id, args)
         message = tool_message(use_id, name, result.content, result.is_error)
         return message, {"call_id": use_id}, result.changes
+
+    # -- background runs (run_process / check_run) ---------------------------------------------
+
+    async def _run_native(
+        self, tool: ToolSpec, use_id: str, args: dict[str, Any]
+    ) -> tuple[str, bool]:
+        spec = self._require_spec()
+        if tool.native == "check_run":
+            run_id = str(args.get("run_id", ""))
+            child = self._children.get(run_id)
+            if child is None:
+                known = ", ".join(self._children) or "none"
+                return f"unknown run_id {run_id!r} (this run started: {known})", True
+            return json.dumps({"run_id": run_id, **child}), False
+        name = str(args.get("process", ""))
+        process = spec.processes.get(name)
+        if process is None:
+            return f"unknown process {name!r} (known: {', '.join(spec.processes)})", True
+        child_id = f"{workflow.info().workflow_id}/{name}/{use_id}"
+        if child_id in self._children:
+            return json.dumps({"run_id": child_id, "process": name, "started": False}), False
+        text = str(args.get("input", ""))
+        child_input: Any = (
+            RunInput(agent=process["agent"], prompt=text)
+            if process["workflow"] == "AgentRun"
+            else text
+        )
+        try:
+            handle = await workflow.start_child_workflow(
+                process["workflow"],
+                child_input,
+                id=child_id,
+                task_queue=process["task_queue"],
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                static_summary=f"{name}: {text.splitlines()[0][:100] if text else ''}",
+            )
+        except WorkflowAlreadyStartedError:
+            # Started before (e.g. by an earlier run of this chain): the same child, not a new one.
+            self._children[child_id] = {"process": name, "status": "running"}
+            return json.dumps({"run_id": child_id, "process": name, "started": False}), False
+        self._children[child_id] = {"process": name, "status": "running"}
+        self._watchers.append(asyncio.ensure_future(self._watch(child_id, name, handle)))
+        return json.dumps({"run_id": child_id, "process": name, "started": True}), False
+
+    async def _watch(self, child_id: str, name: str, handle: Any) -> None:
+        try:
+            result = await handle
+        except ChildWorkflowError as err:
+            error = str(err.cause or err)[:OUTPUT_CHARS]
+            self._children[child_id] = {"process": name, "status": "failed", "error": error}
+            note = f"Background run {child_id} ({name}) failed: {error}"
+        else:
+            output = result.get("text") if isinstance(result, dict) and "text" in result else result
+            text = output if isinstance(output, str) else json.dumps(output, default=str)
+            text = text[:OUTPUT_CHARS]
+            self._children[child_id] = {"process": name, "status": "completed", "output": text}
+            note = f"Background run {child_id} ({name}) completed. Output:\n{text}"
+        self._notices.append({"role": "user", "content": note})
 
     async def _check_gate(
         self, tool: ToolSpec, call_id: str, args: dict[str, Any]

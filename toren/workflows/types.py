@@ -74,6 +74,8 @@ class ToolSpec:
     timeout_ms: int | None = None
     max_attempts: int | None = None
     approval_timeout_s: float | None = None
+    native: str | None = None
+    """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
 
 
 @dataclass
@@ -94,6 +96,8 @@ class AgentSpec:
     """Continue as new at a turn boundary past this many history events."""
     continue_after_bytes: int | None = None
     """Continue as new at a turn boundary past this many history bytes."""
+    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Named processes `run_process` may start: workflow type, task queue, agent."""
 
 
 @dataclass
@@ -110,6 +114,8 @@ class Carry:
     call_ids: list[str]
     queued: int
     refused: list[dict[str, Any]]
+    children: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Finished background runs (`check_run` still answers for them)."""
     deadline: str | None = None
     """When `maxWallClockMin` runs out (ISO time), across the whole chain of runs."""
     runs: int = 1

@@ -1,0 +1,580 @@
+"""Attachments: files parsed once into ~4,000-character pages, stored by content hash.
+
+```python
+from toren.attachments import attach, open_store
+
+info = attach("report.pdf")           # AttachmentInfo(id='att_3f2a...', pages=12, ...)
+attach(csv_bytes, name="totals.csv")  # bytes need a name for their type
+store = open_store()                  # the same store the worker's read_attachment uses
+store.page(info.id, 1)                # the first page's text
+```
+
+Start a run with `attachments=[info.id]` and the agent reads it with the `read_attachment`
+built-in. PDF (pypdf), Word .docx (python-docx: paragraphs and tables), Excel .xlsx (openpyxl:
+each sheet as `# Sheet: Name` and CSV rows) and text (markdown, CSV, JSON, YAML, HTML, logs...)
+are supported; `pip install 'toren[files]'` adds the parsers. Files over 15 MB are refused.
+
+The store is a directory: `TOREN_ATTACHMENTS`, or `.toren/attachments` under the current
+directory, or `store=`. Each attachment is `<root>/<id>/meta.json` plus
+`<root>/<id>/pages/000001.txt`..., written to a temporary directory and renamed into place, so a
+reader sees a whole attachment or none. The id is `att_` + the first 16 hex digits of the
+SHA-256 of the bytes: attaching the same content twice gives the same id and parses once.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import importlib
+import io
+import json
+import mimetypes
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from toren.context import Attachment
+from toren.errors import TorenError
+
+__all__ = [
+    "MAX_BYTES",
+    "PAGE_CHARS",
+    "AttachmentError",
+    "AttachmentInfo",
+    "AttachmentStore",
+    "attach",
+    "default_root",
+    "open_store",
+    "split_pages",
+    "store_result_attachments",
+]
+
+MAX_BYTES = 15 * 1024 * 1024
+"""Largest file accepted (15 MB)."""
+
+BLOB_CHUNK = 1_750_000
+"""Files tools return are stored in chunks of this many bytes (~1.75 MB)."""
+
+PAGE_CHARS = 4_000
+"""Target page size in characters; pages break at a paragraph or line near it."""
+
+MAX_TEXT_CHARS = 20_000_000
+"""Most extracted text kept from one file (5,000 pages): a 15 MB zip can expand a lot."""
+
+ENV_VAR = "TOREN_ATTACHMENTS"
+"""Names the store directory for the worker and the CLI."""
+
+_ID = re.compile(r"^att_[0-9a-f]{16}$")
+
+_PDF = "application/pdf"
+_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+_XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+_TYPES = {
+    ".pdf": _PDF,
+    ".docx": _DOCX,
+    ".xlsx": _XLSX,
+    ".xlsm": _XLSX,
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".log": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".csv": "text/csv",
+    ".tsv": "text/tab-separated-values",
+    ".json": "application/json",
+    ".jsonl": "application/jsonl",
+    ".ndjson": "application/jsonl",
+    ".yaml": "application/yaml",
+    ".yml": "application/yaml",
+    ".toml": "application/toml",
+    ".xml": "application/xml",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".ini": "text/plain",
+    ".cfg": "text/plain",
+    ".rst": "text/x-rst",
+}
+"""Extensions read by type; any other file is read as text if its bytes are UTF-8 text."""
+
+_EXTENSIONS = {_PDF: ".pdf", _DOCX: ".docx", _XLSX: ".xlsx"}
+
+_MIME = mimetypes.MimeTypes()
+"""Python's built-in type table only: the system's mime.types would make errors vary by host."""
+
+_SUPPORTED = "PDF, DOCX, XLSX and text (txt, md, csv, json, yaml, html, logs, ...)"
+
+
+class AttachmentError(TorenError):
+    """A file cannot be attached or an attachment cannot be read; the message says why."""
+
+
+@dataclass(frozen=True)
+class AttachmentInfo:
+    """What `attach` returns and `meta.json` holds."""
+
+    id: str
+    """`att_` + the first 16 hex digits of the SHA-256 of the file's bytes."""
+    name: str
+    """The file's name (from its path, or the `name=` given with bytes)."""
+    pages: int
+    """How many ~4,000-character pages its text has (at least 1)."""
+    size: int
+    """The file's size in bytes."""
+    mime: str
+    """The type it was parsed as, e.g. `application/pdf` or `text/csv`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, as in `meta.json`."""
+        return asdict(self)
+
+
+def default_root() -> Path:
+    """The store directory: `$TOREN_ATTACHMENTS`, else `.toren/attachments` in the cwd."""
+    configured = os.environ.get(ENV_VAR, "").strip()
+    return Path(configured).expanduser() if configured else Path.cwd() / ".toren" / "attachments"
+
+
+def open_store(store: str | Path | AttachmentStore | None = None) -> AttachmentStore:
+    """The store at `store`, or the default one (see `default_root`)."""
+    if isinstance(store, AttachmentStore):
+        return store
+    return AttachmentStore(store if store is not None else default_root())
+
+
+def attach(
+    path_or_bytes: str | Path | bytes,
+    name: str | None = None,
+    store: str | Path | AttachmentStore | None = None,
+) -> AttachmentInfo:
+    """Parse a file into pages and store it; the same content returns the stored attachment.
+
+    Args:
+        path_or_bytes: A file path, or the file's bytes.
+        name: The name to record (and take the type from); defaults to the path's name.
+            Bytes without a name are typed by their content and named `<id>.<ext>`. Content
+            attached before keeps the name it was first attached under.
+        store: The store directory (or store); defaults to `default_root()`.
+
+    Returns:
+        The attachment's id, name, page count, size and type.
+
+    Raises:
+        AttachmentError: The file is missing, over 15 MB, of an unsupported type, or its parser
+            failed or is not installed.
+    """
+    return open_store(store).attach(path_or_bytes, name)
+
+
+class AttachmentStore:
+    """A directory of parsed attachments; see the module docstring for its layout.
+
+    Args:
+        root: The store directory; created on the first attach.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"AttachmentStore({str(self.root)!r})"
+
+    def attach(self, path_or_bytes: str | Path | bytes, name: str | None = None) -> AttachmentInfo:
+        """Parse and store a file (see `attach`)."""
+        data, name = _read(path_or_bytes, name)
+        file_id = "att_" + hashlib.sha256(data).hexdigest()[:16]
+        if (self.root / file_id / "meta.json").is_file():
+            return self.info(file_id)  # parsed once: the same bytes always parse the same
+        mime = _detect(data, name)
+        text = _extract(data, name, mime)
+        # Unnamed bytes get a name the model can refer to, typed like the content.
+        name = name or file_id + _EXTENSIONS.get(mime, ".txt")
+        pages = split_pages(text)
+        info = AttachmentInfo(id=file_id, name=name, pages=len(pages), size=len(data), mime=mime)
+        self._write(info, pages)
+        return info
+
+    def info(self, file_id: str) -> AttachmentInfo:
+        """The stored attachment's metadata.
+
+        Raises:
+            AttachmentError: `file_id` is malformed or not in this store.
+        """
+        meta = self._dir(file_id) / "meta.json"
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise AttachmentError(
+                f"attachment {file_id!r} is not in the store at {str(self.root)!r}; attach the "
+                f"file again, or point {ENV_VAR} at the store it was attached to"
+            ) from None
+        return AttachmentInfo(
+            id=data["id"],
+            name=data["name"],
+            pages=int(data["pages"]),
+            size=int(data["size"]),
+            mime=data["mime"],
+        )
+
+    def page(self, file_id: str, page: int) -> str:
+        """The text of page `page` (1-based) of `file_id`.
+
+        Raises:
+            AttachmentError: Unknown id, or `page` out of range.
+        """
+        info = self.info(file_id)
+        if not 1 <= page <= info.pages:
+            raise AttachmentError(
+                f"page {page} out of range: {file_id} has {info.pages} "
+                f"page{'s' if info.pages != 1 else ''}; ask for page 1 to {info.pages}"
+            )
+        return (self._dir(file_id) / "pages" / f"{page:06d}.txt").read_text(encoding="utf-8")
+
+    def _dir(self, file_id: str) -> Path:
+        # Ids become path components: anything but att_<16 hex> could climb out of the store.
+        if not isinstance(file_id, str) or not _ID.match(file_id):
+            raise AttachmentError(
+                f"{file_id!r} is not an attachment id; ids look like 'att_' + 16 hex digits, "
+                "as `attach` returned them"
+            )
+        return self.root / file_id
+
+    def _write(self, info: AttachmentInfo, pages: list[str]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.root / info.id
+        tmp = Path(tempfile.mkdtemp(prefix=f".{info.id}.", dir=self.root))
+        try:
+            (tmp / "pages").mkdir()
+            for number, text in enumerate(pages, start=1):
+                (tmp / "pages" / f"{number:06d}.txt").write_text(text, encoding="utf-8")
+            meta = {**info.to_dict(), "created": dt.datetime.now(dt.UTC).isoformat()}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            tmp.chmod(0o755)
+            try:
+                # One rename publishes the whole attachment.
+                tmp.rename(final)
+            except OSError:
+                if not (final / "meta.json").is_file():
+                    raise
+                # Someone attached the same bytes meanwhile: theirs is identical.
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- files tools return (images, exports): bytes by id, in chunks ----------------------
+
+    def put_blob(
+        self,
+        data: bytes,
+        name: str,
+        mime: str,
+        width: int | None = None,
+        height: int | None = None,
+    ) -> dict[str, Any]:
+        """Store a file a tool returned, unparsed, in `BLOB_CHUNK`-byte chunks; return its ref.
+
+        The ref (id, name, type, size, chunks, width, height) is what enters history.
+        """
+        if len(data) > MAX_BYTES:
+            raise _too_big(name, len(data))
+        file_id = "att_" + hashlib.sha256(data).hexdigest()[:16]
+        chunks = [data[i : i + BLOB_CHUNK] for i in range(0, len(data), BLOB_CHUNK)] or [b""]
+        ref = {
+            "id": file_id,
+            "name": name,
+            "mime_type": mime,
+            "size": len(data),
+            "chunks": len(chunks),
+            **({"width": width} if width else {}),
+            **({"height": height} if height else {}),
+        }
+        final = self._dir(file_id)
+        if (final / "meta.json").is_file():
+            return ref
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{file_id}.", dir=self.root))
+        try:
+            (tmp / "blob").mkdir()
+            for number, chunk in enumerate(chunks, start=1):
+                (tmp / "blob" / f"{number:06d}.bin").write_bytes(chunk)
+            meta = {
+                "id": file_id,
+                "name": name,
+                "pages": 0,
+                "size": len(data),
+                "mime": mime,
+                "kind": "blob",
+                "chunks": len(chunks),
+                "created": dt.datetime.now(dt.UTC).isoformat(),
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            tmp.chmod(0o755)
+            try:
+                tmp.rename(final)
+            except OSError:
+                if not (final / "meta.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return ref
+
+    def get_blob(self, file_id: str) -> bytes:
+        """The bytes of a file stored with `put_blob`.
+
+        Raises:
+            AttachmentError: unknown id, or not a stored file.
+        """
+        folder = self._dir(file_id)
+        self.info(file_id)  # a clear error for an unknown id
+        parts = sorted((folder / "blob").glob("*.bin"))
+        if not parts:
+            raise AttachmentError(f"attachment {file_id!r} is a parsed document, not a file")
+        return b"".join(p.read_bytes() for p in parts)
+
+
+def store_result_attachments(
+    attachments: Sequence[Attachment], store: str | Path | AttachmentStore | None = None
+) -> list[dict[str, Any]]:
+    """Store files a handler returned in its `ToolResult`; their refs go into history."""
+    target = open_store(store)
+    return [target.put_blob(a.data, a.name, a.mime_type, a.width, a.height) for a in attachments]
+
+
+# -- reading and typing ---------------------------------------------------------------------
+
+
+def _read(path_or_bytes: str | Path | bytes, name: str | None) -> tuple[bytes, str]:
+    if isinstance(path_or_bytes, bytes | bytearray):
+        data = bytes(path_or_bytes)
+        if len(data) > MAX_BYTES:
+            raise _too_big(name or "the attachment", len(data))
+        return data, name or ""
+    path = Path(path_or_bytes).expanduser()
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise AttachmentError(f"file {str(path)!r} not found; check the path") from None
+    if not path.is_file():
+        raise AttachmentError(f"{str(path)!r} is not a file; attach files one at a time")
+    if size > MAX_BYTES:
+        raise _too_big(path.name, size)
+    data = path.read_bytes()
+    if len(data) > MAX_BYTES:  # it grew after the stat
+        raise _too_big(path.name, len(data))
+    return data, name or path.name
+
+
+def _too_big(name: str, size: int) -> AttachmentError:
+    return AttachmentError(
+        f"{name!r} is {size / 1024 / 1024:.1f} MB; attachments are limited to 15 MB: split the "
+        "file or attach an excerpt"
+    )
+
+
+def _detect(data: bytes, name: str) -> str:
+    ext = Path(name).suffix.lower()
+    if ext in _TYPES:
+        return _TYPES[ext]
+    # No name or an unknown extension: look at the bytes.
+    if data.startswith(b"%PDF-"):
+        return _PDF
+    if data.startswith(b"PK\x03\x04"):
+        try:
+            names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
+        except zipfile.BadZipFile:
+            names = set()
+        if "word/document.xml" in names:
+            return _DOCX
+        if "xl/workbook.xml" in names:
+            return _XLSX
+    guessed = _MIME.guess_type(name)[0] if name else None
+    if _is_text(data):
+        # Source code and config under any extension (.ts guesses as video/mp2t) is text.
+        return guessed if guessed and guessed.startswith("text/") else "text/plain"
+    kind = guessed or (f"{ext!r} files" if ext else "binary data")
+    label = repr(name) if name else "the attachment"
+    raise AttachmentError(
+        f"unsupported file type {kind} for {label}; supported: {_SUPPORTED}. Convert it "
+        "(e.g. .doc to .docx, .xls to .xlsx) or attach its text"
+    )
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\x00" in data[:8192]:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _extract(data: bytes, name: str, mime: str) -> str:
+    label = repr(name) if name else "the attachment"
+    try:
+        if mime == _PDF:
+            text = _pdf_text(data, label)
+        elif mime == _DOCX:
+            text = _docx_text(data)
+        elif mime == _XLSX:
+            text = _xlsx_text(data)
+        else:
+            text = _plain_text(data)
+    except AttachmentError:
+        raise
+    except ImportError as err:
+        raise AttachmentError(
+            f"reading {label} ({mime}) needs {err.name or 'a parser'}: pip install 'toren[files]'"
+        ) from None
+    except Exception as err:
+        # Parsers raise all sorts on a damaged file; the message names the file and the cause.
+        raise AttachmentError(
+            f"could not parse {label} as {mime}: {type(err).__name__}: {err}; "
+            "check the file opens in its usual program"
+        ) from None
+    if len(text) > MAX_TEXT_CHARS:
+        raise AttachmentError(
+            f"{label} holds {len(text):,} characters of text, over the {MAX_TEXT_CHARS:,} "
+            "limit; split the file"
+        )
+    return text
+
+
+def _plain_text(data: bytes) -> str:
+    # utf-8-sig drops a BOM; other encodings keep their text with replacement characters.
+    return data.decode("utf-8-sig", errors="replace").replace("\r\n", "\n")
+
+
+def _pdf_text(data: bytes, label: str) -> str:
+    from pypdf import PdfReader
+
+    reader = PdfReader(io.BytesIO(data))
+    if reader.is_encrypted and not reader.decrypt(""):
+        raise AttachmentError(f"{label} is password-protected; attach an unlocked copy")
+    texts = [(page.extract_text() or "").strip() for page in reader.pages]
+    if not any(texts):
+        return (
+            f"[{label} has no extractable text: it is probably scanned images, and OCR is not "
+            "supported]"
+        )
+    if len(texts) == 1:
+        return texts[0]
+    # Mark the PDF's own pages so the model can cite them.
+    return "\n\n".join(
+        f"[PDF page {n} of {len(texts)}]\n{text}" for n, text in enumerate(texts, start=1)
+    )
+
+
+def _docx_text(data: bytes) -> str:
+    import docx
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    document = docx.Document(io.BytesIO(data))
+    blocks: list[str] = []
+    for item in document.iter_inner_content():
+        if isinstance(item, Paragraph):
+            text = item.text.strip()
+            if not text:
+                continue
+            style = (item.style.name if item.style is not None else "") or ""
+            level = _heading_level(style)
+            blocks.append(f"{'#' * level} {text}" if level else text)
+        elif isinstance(item, Table):
+            blocks.append(_table_text(item))
+    return "\n\n".join(b for b in blocks if b)
+
+
+def _heading_level(style: str) -> int:
+    if style == "Title":
+        return 1
+    match = re.fullmatch(r"Heading (\d)", style)
+    return int(match.group(1)) if match else 0
+
+
+def _table_text(table: Any) -> str:
+    rows = []
+    for row in table.rows:
+        cells: list[str] = []
+        last: Any = None
+        for cell in row.cells:
+            # A merged cell appears once per grid column it spans; keep it once.
+            if cell._tc is last:
+                continue
+            last = cell._tc
+            cells.append(" ".join(cell.text.split()))
+        rows.append(" | ".join(cells))
+    return "\n".join(rows)
+
+
+def _xlsx_text(data: bytes) -> str:
+    # openpyxl ships no type information; imported by name so strict typing stays quiet.
+    openpyxl = importlib.import_module("openpyxl")
+    workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        sheets = []
+        for sheet in workbook.worksheets:
+            out = io.StringIO()
+            writer = csv.writer(out, lineterminator="\n")
+            rows = [[_cell(v) for v in row] for row in sheet.iter_rows(values_only=True)]
+            while rows and not any(rows[-1]):
+                rows.pop()  # read-only mode reports the sheet's formatted extent
+            for row in rows:
+                while row and not row[-1]:
+                    row.pop()
+                writer.writerow(row)
+            sheets.append(f"# Sheet: {sheet.title}\n{out.getvalue()}".rstrip("\n"))
+        return "\n\n".join(sheets)
+    finally:
+        workbook.close()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+def split_pages(text: str, size: int = PAGE_CHARS) -> list[str]:
+    """Split `text` into pages of at most `size` characters, at natural boundaries.
+
+    A page ends at the last paragraph break (blank line) in its second half, else the last line
+    break, else the last space, else exactly at `size`. Joining the pages gives `text` back.
+
+    Args:
+        text: The whole extracted text.
+        size: The most characters per page.
+
+    Returns:
+        The pages; one empty page for empty text.
+    """
+    pages: list[str] = []
+    start = 0
+    while len(text) - start > size:
+        window = text[start : start + size]
+        floor = size // 2
+        cut = -1
+        for sep in ("\n\n", "\n", " "):
+            at = window.rfind(sep, floor)
+            if at != -1:
+                cut = at + len(sep)
+                break
+        if cut == -1:
+            cut = size
+        pages.append(text[start : start + cut])
+        start += cut
+    pages.append(text[start:])
+    return pages if text else [""]
