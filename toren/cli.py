@@ -8,6 +8,8 @@ toren approve RUN CALL_ID --by alice        approve one (deny works the same)
 toren events RUN [--json]                   the run's history as an event log
 toren check examples/support                load, validate, print tools and schemas
 toren setup                                 register toren's search attributes
+toren attach report.pdf                     parse a file for read_attachment; prints its id
+toren replay RUN | history.json             replay against this code before you deploy it
 ```
 
 Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...).
@@ -31,7 +33,7 @@ from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren.agent import load_agent
-from toren.errors import ConfigError
+from toren.errors import ConfigError, TorenError
 from toren.events import EventStream, format_event
 
 __all__ = ["entrypoint", "main"]
@@ -182,6 +184,59 @@ async def cmd_setup(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_attach(args: argparse.Namespace) -> int:
+    from toren.attachments import attach
+
+    for path in args.file:
+        info = attach(path, store=args.store)
+        print(f"{info.id}  {info.name}  {info.pages} page(s)  {info.size} bytes  {info.mime}")
+    print("start a run with them: toren run AGENT_DIR 'prompt' --attach <id> ...")
+    return 0
+
+
+async def cmd_replay(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from toren.plugin import TorenPlugin, workflow_runner
+    from toren.workflows import AgentRun
+
+    histories: list[WorkflowHistory] = []
+    for source in args.source:
+        path = Path(source)
+        if path.suffix == ".json" and path.is_file():
+            histories.append(WorkflowHistory.from_json(path.stem, path.read_text()))
+            continue
+        client = await _connect()
+        run: str | None = None
+        chain: list[WorkflowHistory] = []
+        while True:  # every run of a continue-as-new chain, newest first
+            history = await client.get_workflow_handle(source, run_id=run).fetch_history()
+            chain.append(history)
+            started = history.events[0].workflow_execution_started_event_attributes
+            run = started.continued_execution_run_id or None
+            if run is None:
+                break
+        histories += reversed(chain)
+    replayer = Replayer(
+        workflows=[AgentRun],
+        workflow_runner=workflow_runner(),
+        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+    )
+    failed = 0
+    for history in histories:
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        if result.replay_failure is None:
+            print(f"ok      {history.workflow_id}: {len(history.events)} events replay")
+        else:
+            failed += 1
+            print(f"FAILED  {history.workflow_id}: {result.replay_failure}")
+    print(f"{len(histories) - failed} of {len(histories)} histories replay against this code")
+    return 1 if failed else 0
+
+
 async def cmd_decide(args: argparse.Namespace, approved: bool) -> int:
     client = await _connect()
     try:
@@ -282,6 +337,15 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("setup", help="register toren's search attributes in the namespace")
 
+    p = sub.add_parser("attach", help="parse files into the attachment store; prints their ids")
+    p.add_argument("file", nargs="+")
+    p.add_argument("--store", help="store directory (default $TOREN_ATTACHMENTS or .toren/)")
+
+    p = sub.add_parser(
+        "replay", help="replay runs (ids, or history JSON files) against this code: a deploy check"
+    )
+    p.add_argument("source", nargs="+", help="run id, or a history .json file")
+
     p = sub.add_parser("events", help="a run's history as an event log")
     p.add_argument("run_id")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -303,12 +367,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pending": cmd_pending,
         "check": cmd_check,
         "setup": cmd_setup,
+        "attach": cmd_attach,
+        "replay": cmd_replay,
         "approve": lambda a: cmd_decide(a, True),
         "deny": lambda a: cmd_decide(a, False),
     }
     try:
         return asyncio.run(commands[args.command](args))
-    except ConfigError as err:
+    except TorenError as err:  # a bad agent folder, missing env, a file that cannot attach
         print(f"toren: {err}", file=sys.stderr)
         return 2
     except WorkflowFailureError as err:

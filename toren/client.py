@@ -33,6 +33,7 @@ AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 __all__ = [
     "InboxItem",
     "approve",
+    "attach",
     "decide",
     "deny",
     "events",
@@ -41,6 +42,16 @@ __all__ = [
     "run_agent",
     "start_run",
 ]
+
+
+def attach(path_or_bytes: str | bytes, name: str | None = None) -> str:
+    """Parse a file into the attachment store and return its id for `start_run(attachments=)`.
+
+    The worker must see the same store (`TOREN_ATTACHMENTS`, a shared directory by default).
+    """
+    from toren.attachments import attach as store_attach
+
+    return store_attach(path_or_bytes, name).id
 
 
 async def start_run(
