@@ -121,11 +121,11 @@ async def test_arbitrary_approval_payloads(client: Client, make_agent: Callable[
     )
     payloads: list[list[Any]] = []
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     payload = json_values | st.fixed_dictionaries({"call_id": json_values})
     # Anything but the one valid decision, which a fuzzer could stumble on.
     not_valid = payload.filter(lambda p: not (isinstance(p, dict) and p.get("call_id") == "g"))
 
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.lists(not_valid, max_size=2))
     def collect(args: list[Any]) -> None:
         payloads.append(args)
