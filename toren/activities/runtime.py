@@ -29,6 +29,7 @@ from toren.activities.tool_call import (
 )
 from toren.agent import Agent, load_agent
 from toren.errors import ConfigError
+from toren.limits import cut_message
 from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
 from toren.tool import Tool
 from toren.tools.processes import process_specs
@@ -268,7 +269,7 @@ class AgentRuntime:
                     type="ModelProviderError",
                     non_retryable=True,
                 ) from err
-        message = reply.message()
+        message = cut_message(reply.message())
         self.transcripts.store(input.run_key, [*messages, message])
         return ModelCallResult(message=message, usage=reply.usage, model=reply.model)
 

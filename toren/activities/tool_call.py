@@ -10,6 +10,7 @@ result = await run_tool_call(loaded, tool, input)   # -> ToolCallResult (recorde
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren.context import ToolContext, ToolResult
+from toren.limits import MAX_CHANGES_BYTES, cut_text
 from toren.schema import validate_args
 from toren.tool import Tool
 from toren.workflows.types import ToolCallInput, ToolCallResult
@@ -144,10 +146,18 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         ctx.changes.attachments += refs
         listing = ", ".join(f"{r['name']} ({r['id']})" for r in refs)
         result.result = (result.result or "") + f"\n[attachments: {listing}]"
+    text = cut_text(redact(result.text, secrets), what=f"tool {tool.name}'s result")
+    changes = ctx.changes.to_json()
+    if changes and len(json.dumps(changes).encode()) > MAX_CHANGES_BYTES:
+        text = (
+            f"tool {tool.name} recorded {len(json.dumps(changes).encode()):,} bytes of state, "
+            f"events and messages, over the {MAX_CHANGES_BYTES:,}-byte limit; none were kept"
+        )
+        return ToolCallResult(text, True, call_id=input.call_id if info.is_local else None)
     return ToolCallResult(
-        redact(result.text, secrets),
+        text,
         result.is_error,
-        changes=ctx.changes.to_json(),
+        changes=changes,
         call_id=input.call_id if info.is_local else None,
     )
 
