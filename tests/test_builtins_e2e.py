@@ -57,7 +57,9 @@ async def test_attached_pdf_is_read_page_by_page(
     page = json.loads(first["result"])
     assert page["name"] == "invoice.pdf" and page["page"] == 1 and page["of"] == 1
     assert "Total due: 99.50 EUR" in page["text"]
-    assert f"'att_0000000000000000' is not attached to this run (attached: {file_id})" in result.text
+    assert (
+        f"'att_0000000000000000' is not attached to this run (attached: {file_id})" in result.text
+    )
     started = next(e for e in events if e["type"] == "RunStarted")
     assert started["attachments"] == [file_id]  # the run's input names ids, never bytes
 
