@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from toren.connect import connect
@@ -63,6 +64,8 @@ class DevServer:
             "--search-attribute", "TorenAgent=Keyword",
             "--search-attribute", "TorenStatus=Keyword",
             "--search-attribute", "TorenPendingApprovals=Int",
+            # At its stock 20/s the server itself caps every workload at ~100 ms per turn.
+            "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -137,6 +140,7 @@ async def history_bytes(client: Client, workflow_id: str) -> bytes:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     data = history.to_json().encode()
     HISTORIES.append(data)
+    HISTORIES.append(History(events=history.events).SerializeToString())
     return data
 
 
@@ -154,7 +158,9 @@ async def run_id() -> AsyncIterator[str]:
 async def fetch_history(client: Client, workflow_id: str) -> Any:
     """The run's history; its serialized form is kept for the suite-wide secret search."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
+    # JSON base64-encodes payload data; the raw protobuf holds it as it is: search both.
     HISTORIES.append(history.to_json().encode())
+    HISTORIES.append(History(events=history.events).SerializeToString())
     return history
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from toren import storage
 from toren.activities.runtime import AgentRuntime, LoadedAgent
 from toren.errors import RunError
 from toren.workflows import AgentRun
@@ -49,18 +49,23 @@ class TorenPlugin(SimplePlugin):
     """Installs the data converter, the `AgentRun` workflow and (given a runtime) activities."""
 
     def __init__(
-        self, runtime: AgentRuntime | None = None, agents: Sequence[LoadedAgent] | None = None
+        self,
+        runtime: AgentRuntime | None = None,
+        agents: Sequence[LoadedAgent] | None = None,
+        payload_store: str | None = None,
     ) -> None:
         """Create the plugin.
 
         Args:
             runtime: on a worker, the runtime whose activities to register.
             agents: only these agents' tool activities (default: all of the runtime's).
+            payload_store: where payloads over 256 KiB go (`toren.storage`); default the
+                `TOREN_PAYLOAD_STORE` variable; empty or unset keeps them in history.
         """
         activities: list[Callable[..., Any]] = runtime.activities(agents) if runtime else []
         super().__init__(
             "toren.TorenPlugin",
-            data_converter=pydantic_data_converter,
+            data_converter=storage.data_converter(payload_store),
             workflows=_adding([AgentRun]),
             workflow_runner=lambda existing: existing or workflow_runner(),
             activities=_adding(activities) if activities else None,

@@ -28,6 +28,7 @@ from toren.agent import Agent
 from toren.errors import RunError
 from toren.models.base import ModelProvider
 from toren.plugin import workflow_runner
+from toren.storage import close_storage
 from toren.workflows import AgentRun
 
 __all__ = ["build_workers", "run_worker", "serve"]
@@ -129,4 +130,5 @@ async def run_worker(
             raise task.exception()  # type: ignore[misc]
     log.info("shutting down: in-flight calls get %s to finish", GRACEFUL_SHUTDOWN)
     await asyncio.gather(*(w.shutdown() for w in workers))
+    await close_storage(client.data_converter)
     stopper.cancel()

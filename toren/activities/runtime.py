@@ -302,11 +302,17 @@ class AgentRuntime:
 @contextlib.asynccontextmanager
 async def _heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background, so a dead worker is noticed and cancellation arrives."""
+    if activity.info().is_local:
+        # Local activities cannot heartbeat (the SDK core logs a warning for each attempt).
+        yield
+        return
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            # Beat after the first interval, not at once: each beat is a server RPC, most calls
+            # end sooner, and the 10 s heartbeat timeout leaves room for the first one.
             await asyncio.sleep(HEARTBEAT_EVERY)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:

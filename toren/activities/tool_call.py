@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from toren.context import ToolContext, ToolResult
 from toren.limits import MAX_CHANGES_BYTES, cut_text
 from toren.schema import validate_args
+from toren.storage import result_limit
 from toren.tool import Tool
 from toren.workflows.types import ToolCallInput, ToolCallResult
 
@@ -146,7 +147,8 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         ctx.changes.attachments += refs
         listing = ", ".join(f"{r['name']} ({r['id']})" for r in refs)
         result.result = (result.result or "") + f"\n[attachments: {listing}]"
-    text = cut_text(redact(result.text, secrets), what=f"tool {tool.name}'s result")
+    # With external storage a big result leaves history; only the store's own cap applies.
+    text = cut_text(redact(result.text, secrets), result_limit(), what=f"tool {tool.name}'s result")
     changes = ctx.changes.to_json()
     if changes and len(json.dumps(changes).encode()) > MAX_CHANGES_BYTES:
         text = (
