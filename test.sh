@@ -11,8 +11,8 @@ fi
 .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
 
 echo "==> ruff"
-.venv/bin/ruff check toren tests examples
-.venv/bin/ruff format --check toren tests examples
+.venv/bin/ruff check toren tests examples bench
+.venv/bin/ruff format --check toren tests examples bench
 echo "==> mypy --strict toren"
 .venv/bin/mypy toren
 echo "==> pytest"

@@ -173,3 +173,13 @@ def test_cli_check_and_worker_errors(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "missing required env: SHOP_KEY, SHOP_TOKEN" in out.stderr
+
+
+def test_provider_endpoint_from_the_workers_environment(tmp_path: Path) -> None:
+    # Not declared in agent.yaml, still honoured: pointing a worker at a local vLLM must not
+    # send prompts and the key to api.openai.com.
+    write(tmp_path, "name: shop\nmodel: openai/local-model\n")
+    runtime = AgentRuntime.load(
+        [tmp_path], environ={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
+    )
+    assert runtime.agents["shop"].provider.base_url == "http://127.0.0.1:8000/v1"  # type: ignore[attr-defined]

@@ -28,6 +28,7 @@ __all__ = ["Agent", "AgentConfig", "EnvConfig", "Limits", "load_agent"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mock": None}
+_PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
 
 
 class _Strict(BaseModel):
@@ -135,6 +136,10 @@ class Agent:
         env = {n: environ[n] for n in self.required_env()}
         for name, default in self.config.env.optional.items():
             env[name] = environ.get(name, default)
+        # The provider's endpoint is operator config (a local vLLM, a proxy): always honoured.
+        for name in _PROVIDER_OPTIONAL.get(self.provider, ()):
+            if environ.get(name):
+                env.setdefault(name, environ[name])
         return env
 
 

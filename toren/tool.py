@@ -26,10 +26,14 @@ tool = define_tool(
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import json
+import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, overload
@@ -121,8 +125,11 @@ class Tool:
         if inspect.iscoroutinefunction(self.handler):
             result = await self.handler(parsed, ctx)
         else:
-            # A sync handler runs in a thread so it cannot stall heartbeats or other calls.
-            result = await asyncio.to_thread(self.handler, parsed, ctx)
+            # A sync handler runs in a thread so it cannot stall heartbeats or other calls; a
+            # pool of its own, so `timeout_ms` never counts a wait for a free thread.
+            loop = asyncio.get_running_loop()
+            call = functools.partial(contextvars.copy_context().run, self.handler, parsed, ctx)
+            result = await loop.run_in_executor(_handler_pool(), call)
             if inspect.isawaitable(result):
                 result = await result
         if isinstance(result, ToolResult):
@@ -132,6 +139,17 @@ class Tool:
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         """Run the handler on `args` and return the text the model sees."""
         return (await self.call(args, ctx)).text
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _handler_pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        size = int(os.environ.get("TOREN_HANDLER_THREADS", "200"))
+        _POOL = ThreadPoolExecutor(max_workers=size, thread_name_prefix="toren-handler")
+    return _POOL
 
 
 def encode_result(result: Any) -> str:

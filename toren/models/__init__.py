@@ -8,6 +8,7 @@ reply = await provider.complete(ModelRequest(model="gpt-4o-mini", system="...", 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,12 +40,18 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
     if provider == "openai":
         from toren.models.openai import OpenAIModel
 
-        return OpenAIModel(env["OPENAI_API_KEY"], base_url=env.get("OPENAI_BASE_URL") or None)
+        return OpenAIModel(
+            env["OPENAI_API_KEY"],
+            base_url=env.get("OPENAI_BASE_URL") or None,
+            timeout=_timeout(),
+        )
     if provider == "anthropic":
         from toren.models.anthropic import AnthropicModel
 
         return AnthropicModel(
-            env["ANTHROPIC_API_KEY"], base_url=env.get("ANTHROPIC_BASE_URL") or None
+            env["ANTHROPIC_API_KEY"],
+            base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            timeout=_timeout(),
         )
     if provider == "mock":
         if name == "echo":
@@ -59,3 +66,12 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             )
         return ScriptedModel.from_file(script)
     raise ConfigError(f"model {model!r}: unknown provider {provider!r} (openai, anthropic, mock)")
+
+
+def _timeout() -> float:
+    """Seconds a provider waits on each HTTP phase: `TOREN_MODEL_TIMEOUT_S` (default 120).
+
+    Below the model activity's 5-minute start-to-close, so a hung server becomes a retryable
+    error first.
+    """
+    return float(os.environ.get("TOREN_MODEL_TIMEOUT_S", "120"))

@@ -287,6 +287,8 @@ class AgentRun:
                 ),
                 result_type=ModelCallResult,
                 start_to_close_timeout=MODEL_TIMEOUT,
+                # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=MODEL_RETRY,
                 summary=f"model step {self._step} ({spec.model})",
             )
