@@ -3,6 +3,10 @@ budgets and step count; approvals and queries keep working by workflow id."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +14,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.conftest import task_failures, wait_for
+from tests.conftest import DevServer, task_failures, wait_for
 from toren import client as toren_client
 from toren.worker import serve
 
@@ -103,3 +107,25 @@ async def test_approvals_state_and_queries_cross_the_boundary(
     assert kinds.count("ToolCallCompleted") == 41
     history = await client.get_workflow_handle(handle.id).fetch_history()
     assert history.events[0].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+
+
+async def test_toren_replay_checks_every_run_of_a_chain(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    steps = [{"tool_calls": [{"name": "count", "args": {}}]} for _ in range(25)]
+    folder = make_agent(
+        tools={"count": COUNT}, script=[*steps, "done"], limits={"continueAsNewAfterEvents": 100}
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await handle.result()
+    runs = len(await toren_client.histories(client, handle.id))
+    assert runs >= 2
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "toren.cli", "replay", handle.id],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TEMPORAL_ADDRESS": dev_server.address},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{runs} of {runs} histories replay against this code" in out.stdout

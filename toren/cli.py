@@ -209,17 +209,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
         if path.suffix == ".json" and path.is_file():
             histories.append(WorkflowHistory.from_json(path.stem, path.read_text()))
             continue
-        client = await _connect()
-        run: str | None = None
-        chain: list[WorkflowHistory] = []
-        while True:  # every run of a continue-as-new chain, newest first
-            history = await client.get_workflow_handle(source, run_id=run).fetch_history()
-            chain.append(history)
-            started = history.events[0].workflow_execution_started_event_attributes
-            run = started.continued_execution_run_id or None
-            if run is None:
-                break
-        histories += reversed(chain)
+        histories += await toren_client.histories(await _connect(), source)
     replayer = Replayer(
         workflows=[AgentRun],
         workflow_runner=workflow_runner(),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import SearchAttributeKey
 
 from toren.events import Event, render
@@ -37,6 +37,7 @@ __all__ = [
     "decide",
     "deny",
     "events",
+    "histories",
     "inbox",
     "pending",
     "run_agent",
@@ -146,19 +147,23 @@ async def pending(client: Client, run_id: str) -> list[PendingApproval]:
     return calls
 
 
-async def events(client: Client, run_id: str) -> list[Event]:
-    """The run's history rendered as Toren's event log, across continue-as-new."""
-    histories = []
+async def histories(client: Client, run_id: str) -> list[WorkflowHistory]:
+    """Every run's history of a workflow id, oldest first (across continue-as-new)."""
+    chain: list[WorkflowHistory] = []
     run: str | None = None
     while True:
         history = await client.get_workflow_handle(run_id, run_id=run).fetch_history()
-        histories.append(history)
+        chain.append(history)
         started = history.events[0].workflow_execution_started_event_attributes
         # Walk back the chain: each run names the one it continued.
         run = started.continued_execution_run_id or None
         if run is None:
-            break
-    return render([e for h in reversed(histories) for e in h.events])
+            return list(reversed(chain))
+
+
+async def events(client: Client, run_id: str) -> list[Event]:
+    """The run's history rendered as Toren's event log, across continue-as-new."""
+    return render([e for h in await histories(client, run_id) for e in h.events])
 
 
 @dataclass
