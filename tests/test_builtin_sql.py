@@ -14,7 +14,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ import pytest
 from pydantic import ValidationError
 
 from toren.agent import AgentConfig
+from toren.testing import free_port
 from toren.tool import Tool, ToolContext
 from toren.tools import sql_query
 from toren.tools.sql_query import RESULT_BYTES, SqlQueryError
@@ -315,12 +315,6 @@ def _pg_bindir() -> Path | None:
     return Path(found).parent if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class PgServer:
     base: Path
@@ -358,7 +352,7 @@ def pg() -> Iterator[PgServer]:
         prefix = ["runuser", "-u", user, "--"]
     base.chmod(0o755)
     data = base / "data"
-    port = _free_port()
+    port = free_port()
     subprocess.run(
         [*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
          "-E", "UTF8", "--locale=C", "--no-sync"],

@@ -23,11 +23,12 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from tests.conftest import DevServer, fetch_history, free_port, task_failures
+from tests.conftest import DevServer, fetch_history, task_failures
 from toren import client as toren_client
 from toren import storage
 from toren.limits import MAX_RESULT_BYTES
 from toren.models.base import ModelReply, ModelRequest
+from toren.testing import free_port
 from toren.worker import serve
 
 BIG_CHARS = 5 * 1024 * 1024

@@ -247,14 +247,19 @@ class AttachmentStore:
         return self.root / file_id
 
     def _write(self, info: AttachmentInfo, pages: list[str]) -> None:
+        files = {f"pages/{n:06d}.txt": t.encode() for n, t in enumerate(pages, start=1)}
+        self._publish(info.id, info.to_dict(), files)
+
+    def _publish(self, file_id: str, meta: dict[str, Any], files: dict[str, bytes]) -> None:
+        """Write `files` and `meta.json` to a temporary folder, then rename it into place."""
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / info.id
-        tmp = Path(tempfile.mkdtemp(prefix=f".{info.id}.", dir=self.root))
+        final = self.root / file_id
+        tmp = Path(tempfile.mkdtemp(prefix=f".{file_id}.", dir=self.root))
         try:
-            (tmp / "pages").mkdir()
-            for number, text in enumerate(pages, start=1):
-                (tmp / "pages" / f"{number:06d}.txt").write_text(text, encoding="utf-8")
-            meta = {**info.to_dict(), "created": dt.datetime.now(dt.UTC).isoformat()}
+            for relative, data in files.items():
+                (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / relative).write_bytes(data)
+            meta = {**meta, "created": dt.datetime.now(dt.UTC).isoformat()}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
             tmp.chmod(0o755)
             try:
@@ -263,7 +268,7 @@ class AttachmentStore:
             except OSError:
                 if not (final / "meta.json").is_file():
                     raise
-                # Someone attached the same bytes meanwhile: theirs is identical.
+                # Someone stored the same bytes meanwhile: theirs is identical.
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -297,31 +302,17 @@ class AttachmentStore:
         final = self._dir(file_id)
         if (final / "meta.json").is_file():
             return ref
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{file_id}.", dir=self.root))
-        try:
-            (tmp / "blob").mkdir()
-            for number, chunk in enumerate(chunks, start=1):
-                (tmp / "blob" / f"{number:06d}.bin").write_bytes(chunk)
-            meta = {
-                "id": file_id,
-                "name": name,
-                "pages": 0,
-                "size": len(data),
-                "mime": mime,
-                "kind": "blob",
-                "chunks": len(chunks),
-                "created": dt.datetime.now(dt.UTC).isoformat(),
-            }
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-            tmp.chmod(0o755)
-            try:
-                tmp.rename(final)
-            except OSError:
-                if not (final / "meta.json").is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        meta = {
+            "id": file_id,
+            "name": name,
+            "pages": 0,
+            "size": len(data),
+            "mime": mime,
+            "kind": "blob",
+            "chunks": len(chunks),
+        }
+        files = {f"blob/{n:06d}.bin": chunk for n, chunk in enumerate(chunks, start=1)}
+        self._publish(file_id, meta, files)
         return ref
 
     def get_blob(self, file_id: str) -> bytes:

@@ -15,8 +15,8 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.service import RPCError
 
 from bench.faults.agents import Record, read_records
-from bench.faults.server import DevServer
 from bench.faults.workers import WorkerProc
+from toren.testing import DevServer
 
 __all__ = ["Harness", "Outcome", "await_outcome", "quiet_runtime", "wait_records"]
 

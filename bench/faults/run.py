@@ -37,8 +37,8 @@ from pathlib import Path
 from bench.faults import s1_kill, s2_approval, s3_restart, s4_model, s5_shutdown
 from bench.faults.common import Harness, quiet_runtime
 from bench.faults.report import Figure, render_table
-from bench.faults.server import DevServer
 from toren.connect import connect
+from toren.testing import DevServer
 
 __all__ = ["main"]
 

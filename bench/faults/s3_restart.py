@@ -25,9 +25,9 @@ from bench.faults.report import (
     must_equal,
     standard_call_rows,
 )
-from bench.faults.server import DevServer
 from toren import client as toren_client
 from toren.connect import connect
+from toren.testing import DevServer
 
 __all__ = ["run"]
 

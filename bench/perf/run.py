@@ -54,7 +54,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.perf.floor import MODEL, PerfFloor
-from bench.perf.server import DevServer, temporal_cli
+from toren.testing import DevServer, temporal_cli
 
 __all__ = ["main"]
 
@@ -366,7 +366,7 @@ def main() -> None:
         if args.address:
             results = asyncio.run(bench(args.address, turns, args.repeats, root))
         else:
-            with DevServer() as server:
+            with DevServer(ui=False) as server:
                 pid = server.proc.pid if server.proc else None
                 results = asyncio.run(bench(server.address, turns, args.repeats, root, pid))
     finally:

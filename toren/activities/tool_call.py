@@ -143,7 +143,8 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
     if result.attachments:
         from toren.attachments import store_result_attachments
 
-        refs = store_result_attachments(result.attachments)
+        # Up to 15 MB of file writes: in a thread, so heartbeats and other calls go on.
+        refs = await asyncio.to_thread(store_result_attachments, result.attachments)
         ctx.changes.attachments += refs
         listing = ", ".join(f"{r['name']} ({r['id']})" for r in refs)
         result.result = (result.result or "") + f"\n[attachments: {listing}]"

