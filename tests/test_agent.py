@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toren import ConfigError, MissingEnvError, load_agent
-from toren.activities.runtime import AgentRuntime
+from toren.activities._runtime import AgentRuntime
 
 TOOL = """
 from toren import define_tool

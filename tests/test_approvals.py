@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from tests.conftest import fetch_history, task_failures, wait_for
 from toren import client as toren_client
-from toren.events import render
+from toren._events import render
 from toren.worker import serve
 
 PAY = """

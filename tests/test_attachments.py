@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from toren import attachments
-from toren.agent import AgentConfig
-from toren.attachments import (
+from toren import _attachments as attachments
+from toren._attachments import (
     MAX_BYTES,
     PAGE_CHARS,
     AttachmentError,
@@ -22,8 +21,9 @@ from toren.attachments import (
     attach,
     split_pages,
 )
-from toren.tool import Tool, ToolContext
-from toren.tools import read_attachment
+from toren._config import AgentConfig
+from toren._tool import Tool, ToolContext
+from toren.tools import _read_attachment as read_attachment
 
 
 def make_pdf(pages: list[str]) -> bytes:

@@ -15,13 +15,14 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from toren.activities.runtime import LoadedAgent
-from toren.activities.tool_call import run_tool_call
-from toren.agent import Agent, AgentConfig
-from toren.tool import Tool, ToolContext
-from toren.tools import web_search
-from toren.tools.web_search import WebSearchError
-from toren.workflows.types import ToolCallInput
+from toren._agent import Agent
+from toren._config import AgentConfig
+from toren._tool import Tool, ToolContext
+from toren._types import ToolCallInput
+from toren.activities._loaded import LoadedAgent
+from toren.activities._tool_call import run_tool_call
+from toren.tools import _web_search as web_search
+from toren.tools._web_search import WebSearchError
 
 KEY = "tvly-test-0123456789abcdef"
 

@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from tests.conftest import DevServer, fetch_history, secret, task_failures, wait_for
 from toren import client as toren_client
-from toren.events import render
+from toren._events import render
 from toren.models import ScriptedModel
 from toren.worker import serve
 
@@ -280,7 +280,7 @@ tool = define_tool(description="Render a chart.", handler=render)
 READ_FILE = """
 import hashlib
 from toren import define_tool
-from toren.attachments import open_store
+from toren._attachments import open_store
 
 def read(args, ctx):
     return hashlib.sha256(open_store().get_blob(args["id"])).hexdigest()

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from toren import client as toren_client
-from toren.plugin import TorenPlugin
+from toren._plugin import TorenPlugin
 from toren.worker import serve
 
 GATED = """

@@ -20,8 +20,8 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
 from tests.conftest import DevServer, fetch_history, task_failures, wait_for
+from toren import _search_attributes as search_attributes
 from toren import client as toren_client
-from toren import search_attributes
 from toren.connect import connect
 from toren.worker import serve
 

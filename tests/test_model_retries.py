@@ -13,8 +13,8 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import fetch_history, secret
 from toren import client as toren_client
-from toren.events import render
-from toren.models.openai import OpenAIModel
+from toren._events import render
+from toren.models._openai import OpenAIModel
 from toren.worker import serve
 
 

@@ -15,8 +15,8 @@ from temporalio.client import Client
 from tests.conftest import fetch_history, task_failures
 from toren import ConfigError, load_agent
 from toren import client as toren_client
-from toren.activities.runtime import AgentRuntime
-from toren.events import render
+from toren._events import render
+from toren.activities._runtime import AgentRuntime
 from toren.models import ScriptedModel
 from toren.worker import serve
 

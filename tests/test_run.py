@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 from tests.conftest import ROOT, fetch_history, secret, task_failures, wait_for
 from toren import AgentRun, RunResult
 from toren import client as toren_client
-from toren.plugin import workflow_runner
+from toren._plugin import workflow_runner
 from toren.worker import serve
 
 ECHO = """
@@ -101,7 +101,7 @@ async def run(client: Client, folder: Path, prompt: str = "go", **kwargs: Any) -
 
 def tool_results(history: Any) -> list[str]:
     """Every tool result the model saw, from the model calls' inputs and tool activities."""
-    from toren.events import render
+    from toren._events import render
 
     return [e["result"] for e in render(history) if e["type"] == "ToolCallCompleted"]
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-import toren.tools.sandbox as sandbox
+import toren.tools._sandbox as sandbox
 from toren import ConfigError, ToolContext, load_agent
-from toren.agent import AgentConfig
-from toren.tool import Tool
-from toren.tools.sandbox import SandboxError, parse_options
-from toren.tools.sandbox._files import _open_file, workspace_dir, workspace_name
+from toren._config import AgentConfig
+from toren._tool import Tool
+from toren.tools._sandbox import SandboxError, parse_options
+from toren.tools._sandbox._files import _open_file, workspace_dir, workspace_name
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,

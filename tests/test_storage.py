@@ -24,10 +24,10 @@ from temporalio.converter import (
 )
 
 from tests.conftest import DevServer, fetch_history, task_failures
+from toren import _storage as storage
 from toren import client as toren_client
-from toren import storage
-from toren.limits import MAX_RESULT_BYTES
-from toren.models.base import ModelReply, ModelRequest
+from toren._limits import MAX_RESULT_BYTES
+from toren.models._base import ModelReply, ModelRequest
 from toren.testing import free_port
 from toren.worker import serve
 
@@ -246,8 +246,8 @@ async def test_connect_installs_the_store_named_by_the_environment(
 ) -> None:
     from temporalio.contrib.pydantic import PydanticPayloadConverter
 
+    from toren._plugin import TorenPlugin
     from toren.connect import connect
-    from toren.plugin import TorenPlugin
 
     monkeypatch.setenv(storage.ENV_VAR, f"file://{tmp_path / 'payloads'}")
     client = await connect(target_host=dev_server.address)

@@ -4,38 +4,132 @@ An agent is a folder (`agent.yaml`, `instructions.md`, `tools/*.py`); each run i
 workflow; each model call and tool call is an activity with the tool's declared contract.
 
 ```python
-from toren import define_tool, ToolContext
+from toren import ToolContext, define_tool
 
 tool = define_tool(description="Look an order up.", input=LookupOrder, handler=lookup)
 ```
+
+Everything a user needs is a name here; the modules behind it whose names start with `_` are
+private. Public modules: `toren.client` (start, approve, follow runs), `toren.connect`,
+`toren.worker` (serve agent folders), `toren.testing` (for your tests), `toren.errors`.
+
+Names load on first use, so that importing the workflow (`toren.workflows`) inside Temporal's
+sandbox pulls in neither the worker's runtime nor its model and HTTP clients.
 """
 
-from toren.agent import Agent, AgentConfig, load_agent
-from toren.context import Attachment, ToolResult, Variable
-from toren.errors import ConfigError, MissingEnvError, RunError, TorenError
-from toren.plugin import TorenPlugin
-from toren.tool import Tool, ToolContext, define_tool
-from toren.workflows import AgentRun
-from toren.workflows.types import Decision, PendingApproval, RunInput, RunResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toren._agent import Agent, load_agent
+    from toren._config import AgentConfig
+    from toren._context import Attachment, ToolResult, Variable
+    from toren._plugin import TorenPlugin
+    from toren._tool import Tool, ToolContext, define_tool
+    from toren._types import Decision, PendingApproval, RunInput, RunResult
+    from toren.activities import AgentRuntime
+    from toren.errors import (
+        AttachmentError,
+        ConfigError,
+        MissingEnvError,
+        ModelError,
+        ModelHTTPError,
+        RunError,
+        SandboxError,
+        SqlQueryError,
+        StoreError,
+        ToolError,
+        TorenError,
+        WebSearchError,
+    )
+    from toren.models import ModelProvider, ModelReply, ModelRequest
+    from toren.workflows import AgentRun
 
 __all__ = [
     "Agent",
-    "Attachment",
     "AgentConfig",
     "AgentRun",
+    "AgentRuntime",
+    "Attachment",
+    "AttachmentError",
     "ConfigError",
     "Decision",
     "MissingEnvError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelProvider",
+    "ModelReply",
+    "ModelRequest",
     "PendingApproval",
     "RunError",
     "RunInput",
     "RunResult",
+    "SandboxError",
+    "SqlQueryError",
+    "StoreError",
     "Tool",
     "ToolContext",
+    "ToolError",
     "ToolResult",
     "TorenError",
     "TorenPlugin",
     "Variable",
+    "WebSearchError",
     "define_tool",
     "load_agent",
 ]
+
+_WHERE = {
+    "Agent": "toren._agent",
+    "load_agent": "toren._agent",
+    "AgentConfig": "toren._config",
+    "Attachment": "toren._context",
+    "ToolResult": "toren._context",
+    "Variable": "toren._context",
+    "TorenPlugin": "toren._plugin",
+    "Tool": "toren._tool",
+    "ToolContext": "toren._tool",
+    "define_tool": "toren._tool",
+    "Decision": "toren._types",
+    "PendingApproval": "toren._types",
+    "RunInput": "toren._types",
+    "RunResult": "toren._types",
+    "AgentRuntime": "toren.activities",
+    "ModelProvider": "toren.models",
+    "ModelReply": "toren.models",
+    "ModelRequest": "toren.models",
+    "AgentRun": "toren.workflows",
+    **{
+        name: "toren.errors"
+        for name in (
+            "AttachmentError",
+            "ConfigError",
+            "MissingEnvError",
+            "ModelError",
+            "ModelHTTPError",
+            "RunError",
+            "SandboxError",
+            "SqlQueryError",
+            "StoreError",
+            "ToolError",
+            "TorenError",
+            "WebSearchError",
+        )
+    },
+}
+"""Each public name → the module that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toren' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

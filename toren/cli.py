@@ -32,9 +32,9 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.service import RPCError
 
 from toren import client as toren_client
-from toren.agent import load_agent
+from toren._agent import load_agent
+from toren._events import EventStream, format_event
 from toren.errors import ConfigError, TorenError
-from toren.events import EventStream, format_event
 
 __all__ = ["entrypoint", "main"]
 
@@ -173,7 +173,7 @@ def _age(seconds: float) -> str:
 
 
 async def cmd_setup(args: argparse.Namespace) -> int:
-    from toren import search_attributes
+    from toren import _search_attributes as search_attributes
 
     client = await _connect()
     added = await search_attributes.register(client)
@@ -185,7 +185,7 @@ async def cmd_setup(args: argparse.Namespace) -> int:
 
 
 async def cmd_attach(args: argparse.Namespace) -> int:
-    from toren.attachments import attach
+    from toren._attachments import attach
 
     for path in args.file:
         info = attach(path, store=args.store)
@@ -200,7 +200,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
-    from toren.plugin import TorenPlugin, workflow_runner
+    from toren._plugin import TorenPlugin, workflow_runner
     from toren.workflows import AgentRun
 
     histories: list[WorkflowHistory] = []

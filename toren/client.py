@@ -25,8 +25,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import SearchAttributeKey
 
-from toren.events import Event, render
-from toren.workflows.types import Decision, PendingApproval, RunInput, RunResult
+from toren._events import Event, render
+from toren._types import Decision, PendingApproval, RunInput, RunResult
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 
@@ -50,7 +50,7 @@ def attach(path_or_bytes: str | bytes, name: str | None = None) -> str:
 
     The worker must see the same store (`TOREN_ATTACHMENTS`, a shared directory by default).
     """
-    from toren.attachments import attach as store_attach
+    from toren._attachments import attach as store_attach
 
     return store_attach(path_or_bytes, name).id
 

@@ -24,7 +24,7 @@ def connect_config(profile: str | None = None) -> dict[str, Any]:
 
 async def connect(profile: str | None = None, **overrides: Any) -> Client:
     """Connect a client with toren's plugin installed."""
-    from toren.plugin import TorenPlugin
+    from toren._plugin import TorenPlugin
 
     config = connect_config(profile)
     config.update(overrides)

@@ -1,11 +1,28 @@
-"""The errors toren raises.
+"""The errors toren raises, in one tree, grouped the way callers catch them.
 
 ```
-TorenError                  root of everything toren raises
-├── ConfigError             a bad agent.yaml, tool file or `define_tool` call; lists every problem
+TorenError                  root of everything toren raises to a user
+├── ConfigError             a bad agent.yaml, tool file or `define_tool` call; lists every problem,
+│   │                       each naming the file and the key
 │   └── MissingEnvError     declared env names missing from the worker's environment
+├── ModelError              a model provider failed
+│   └── ModelHTTPError      the provider answered an error status or could not be reached;
+│                           `retryable` and `retry_after` tell Temporal what to do
+├── ToolError               a built-in tool refused a call; the model reads the message
+│   ├── WebSearchError      the search service refused or answered nonsense
+│   ├── SqlQueryError       the query was refused or failed
+│   └── SandboxError        a workspace path or command the model got wrong
+├── StoreError              the payload or attachment store cannot store or find something
+│   └── AttachmentError     a file cannot be attached or an attachment cannot be read
 └── RunError                a run ended by a budget or a deterministic mistake; a workflow
                             failure type, raised non-retryable so Temporal does not retry it
+```
+
+```python
+try:
+    runtime = AgentRuntime.load(["examples/support"], os.environ)
+except toren.ConfigError as err:
+    print(err)            # every problem at once
 ```
 """
 
@@ -15,11 +32,27 @@ from collections.abc import Sequence
 
 from temporalio.exceptions import ApplicationError
 
-__all__ = ["ConfigError", "MissingEnvError", "RunError", "TorenError"]
+__all__ = [
+    "AttachmentError",
+    "ConfigError",
+    "MissingEnvError",
+    "ModelError",
+    "ModelHTTPError",
+    "RunError",
+    "SandboxError",
+    "SqlQueryError",
+    "StoreError",
+    "ToolError",
+    "TorenError",
+    "WebSearchError",
+]
 
 
 class TorenError(Exception):
     """Root of every error toren raises."""
+
+
+# -- configuration ----------------------------------------------------------------------------
 
 
 class ConfigError(TorenError):
@@ -50,6 +83,68 @@ class MissingEnvError(ConfigError):
             f"agent {agent!r} is missing required env: {', '.join(self.names)} "
             "(set them in the worker's environment; they are never passed in a run's input)"
         )
+
+
+# -- model providers ----------------------------------------------------------------------------
+
+
+class ModelError(TorenError):
+    """A model provider failed to answer."""
+
+
+class ModelHTTPError(ModelError):
+    """A provider answered with an error status (or could not be reached).
+
+    `retryable` follows the status: 408, 409, 429 and 5xx (and connection errors) are; other
+    4xx are not. `retry_after` is the server's `Retry-After` in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        if retryable is None:
+            retryable = status is None or status in (408, 409, 429) or status >= 500
+        self.retryable = retryable
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+class ToolError(TorenError):
+    """A built-in tool refused or failed a call; its message is what the model reads."""
+
+
+class WebSearchError(ToolError):
+    """The search service refused the search or answered with something that is no result."""
+
+
+class SqlQueryError(ToolError):
+    """The query was refused or failed; the message carries the database's own words."""
+
+
+class SandboxError(ToolError):
+    """A sandbox tool call the model got wrong; the message says how to fix it."""
+
+
+# -- stores -----------------------------------------------------------------------------------
+
+
+class StoreError(TorenError):
+    """The payload store or the attachment store cannot store or find something."""
+
+
+class AttachmentError(StoreError):
+    """A file cannot be attached or an attachment cannot be read; the message says why."""
+
+
+# -- runs -------------------------------------------------------------------------------------
 
 
 class RunError(TorenError, ApplicationError):

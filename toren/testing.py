@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from toren.models.mock import ScriptedModel
+from toren.models._mock import ScriptedModel
 
 __all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "temporal_cli"]
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from toren import search_attributes
-from toren.activities.runtime import AgentRuntime
-from toren.agent import Agent
+from toren import _search_attributes as search_attributes
+from toren._agent import Agent
+from toren._plugin import workflow_runner
+from toren._storage import close_storage
+from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
-from toren.models.base import ModelProvider
-from toren.plugin import workflow_runner
-from toren.storage import close_storage
+from toren.models._base import ModelProvider
 from toren.workflows import AgentRun
 
 __all__ = ["build_workers", "run_worker", "serve"]

@@ -1,5 +1,5 @@
 """Activities: `toren.call_model`, one `<agent>.<tool>` per tool, and the loop's local ones."""
 
-from toren.activities.runtime import AgentRuntime
+from toren.activities._runtime import AgentRuntime
 
 __all__ = ["AgentRuntime"]

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from toren.errors import ConfigError
-from toren.models.base import ModelHTTPError, ModelProvider, ModelReply, ModelRequest
-from toren.models.mock import EchoModel, ScriptedModel
+from toren.models._base import ModelHTTPError, ModelProvider, ModelReply, ModelRequest
+from toren.models._mock import EchoModel, ScriptedModel
 
 __all__ = [
     "EchoModel",
@@ -38,7 +38,7 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
     """
     provider, _, name = model.partition("/")
     if provider == "openai":
-        from toren.models.openai import OpenAIModel
+        from toren.models._openai import OpenAIModel
 
         return OpenAIModel(
             env["OPENAI_API_KEY"],
@@ -46,7 +46,7 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             timeout=_timeout(),
         )
     if provider == "anthropic":
-        from toren.models.anthropic import AnthropicModel
+        from toren.models._anthropic import AnthropicModel
 
         return AnthropicModel(
             env["ANTHROPIC_API_KEY"],

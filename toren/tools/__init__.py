@@ -10,23 +10,23 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toren.tool import Tool
+from toren._tool import Tool
 
 if TYPE_CHECKING:
-    from toren.agent import AgentConfig
+    from toren._config import AgentConfig
 
 __all__ = ["BUILTINS", "builtin_env", "builtin_tools"]
 
 BUILTINS: dict[str, tuple[str, list[str]]] = {
-    "web_search": ("toren.tools.web_search", ["TAVILY_API_KEY"]),
-    "sql_query": ("toren.tools.sql_query", ["SQL_DATABASE_URL"]),
-    "read_attachment": ("toren.tools.read_attachment", []),
-    "run_process": ("toren.tools.processes", []),
-    "check_run": ("toren.tools.processes", []),
+    "web_search": ("toren.tools._web_search", ["TAVILY_API_KEY"]),
+    "sql_query": ("toren.tools._sql_query", ["SQL_DATABASE_URL"]),
+    "read_attachment": ("toren.tools._read_attachment", []),
+    "run_process": ("toren.tools._processes", []),
+    "check_run": ("toren.tools._processes", []),
 }
 """Built-in name → (module with `tools(config, name)`, env names it requires)."""
 
-SANDBOX_MODULE = "toren.tools.sandbox"
+SANDBOX_MODULE = "toren.tools._sandbox"
 """`sandbox: true` adds this module's `tools(config, "sandbox")`: bash plus the file tools."""
 
 _SANDBOX_ONLY = {"bash", "read_file", "write_file", "edit_file"}

@@ -1,5 +1,5 @@
 """Workflows: `AgentRun`, one per agent run."""
 
-from toren.workflows.agent_run import AgentRun
+from toren.workflows._agent_run import AgentRun
 
 __all__ = ["AgentRun"]

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from toren.models.base import Message, ModelHTTPError, ModelReply, ModelRequest
-from toren.models.openai import post_json
+from toren.models._base import Message, ModelHTTPError, ModelReply, ModelRequest
+from toren.models._openai import post_json
 
 __all__ = ["AnthropicModel"]
 

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from toren.errors import SandboxError
+
 __all__ = [
     "SandboxError",
     "edit_file",
@@ -48,10 +50,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO the sandbox planted must not hang the worker; the fstat check
 # right after refuses anything that is not a regular file.
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-class SandboxError(Exception):
-    """A sandbox tool call the model got wrong; the message says how to fix it."""
 
 
 def workspace_root(environ: Mapping[str, str]) -> Path:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,88 +20,34 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from toren.activities.tool_call import (
-    missing_variables,
-    redact,
-    run_tool_call,
-    validation_text,
-)
-from toren.agent import Agent, load_agent
-from toren.errors import ConfigError
-from toren.limits import cut_message
-from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
-from toren.tool import Tool
-from toren.tools.processes import process_specs
-from toren.transcript import TranscriptCache, tool_message
-from toren.workflows.types import (
+from toren._agent import Agent, load_agent, process_specs
+from toren._limits import cut_message
+from toren._tool import Tool
+from toren._transcript import TranscriptCache, tool_message
+from toren._types import (
     AgentSpec,
     ApprovalCheck,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,
     ToolCallResult,
-    ToolSpec,
 )
+from toren.activities._loaded import LoadedAgent
+from toren.activities._tool_call import (
+    missing_variables,
+    redact,
+    run_tool_call,
+    validation_text,
+)
+from toren.errors import ConfigError
+from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
 
-__all__ = ["AgentRuntime", "LoadedAgent"]
+__all__ = ["AgentRuntime"]
 
 log = logging.getLogger("toren")
 
 HEARTBEAT_EVERY = 2.0
 """Seconds between heartbeats of a running call (the workflow's heartbeat timeout is 10 s)."""
-
-
-@dataclass
-class LoadedAgent:
-    """An agent ready to serve: its folder, resolved env and model provider."""
-
-    agent: Agent
-    env: dict[str, str]
-    provider: ModelProvider
-    model: str
-    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def spec(self, search_attributes: Sequence[str] = ()) -> AgentSpec:
-        """The spec the workflow records once per run."""
-        limits = self.agent.config.limits
-        return AgentSpec(
-            name=self.agent.name,
-            model=self.model,
-            tools=[
-                ToolSpec(
-                    name=t.name or "",
-                    description=t.description,
-                    schema=t.schema,
-                    effects=t.effects,
-                    idempotency=t.idempotency,
-                    approval=t.approval_kind,
-                    timeout_ms=t.timeout_ms,
-                    max_attempts=t.max_attempts,
-                    approval_timeout_s=t.approval_timeout_s,
-                    native=t.native,
-                )
-                for t in self.agent.tools.values()
-            ],
-            max_steps=limits.max_steps_per_task,
-            max_attempts=limits.max_attempts_per_task,
-            max_wall_clock_min=limits.max_wall_clock_min,
-            approval_timeout_s=(
-                limits.approval_timeout_min * 60 if limits.approval_timeout_min else None
-            ),
-            max_tokens=self.agent.config.max_tokens,
-            search_attributes=list(search_attributes),
-            processes=self.processes,
-            continue_after_events=limits.continue_as_new_after_events,
-            continue_after_bytes=(
-                int(limits.continue_as_new_after_mb * 1_000_000)
-                if limits.continue_as_new_after_mb
-                else None
-            ),
-        )
-
-    def secrets(self) -> list[str]:
-        """Values to keep out of history: the required env (keys, passwords, tokens)."""
-        return [self.env[n] for n in self.agent.required_env() if len(self.env.get(n, "")) >= 4]
 
 
 class AgentRuntime:

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, overload
 
-from toren.context import ToolContext, ToolResult, Variable
+from toren._context import ToolContext, ToolResult, Variable
+from toren._schema import check_schema, input_schema
 from toren.errors import ConfigError
-from toren.schema import check_schema, input_schema
 
 __all__ = [
     "Approval",

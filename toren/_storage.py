@@ -16,7 +16,7 @@ client = await Client.connect(address, data_converter=storage.data_converter())
 
 Every client and worker of a namespace must use the same store: a worker without it cannot
 read a reference another one wrote. Without a store, toren cuts a tool result to what a
-history can hold (`toren.limits`); with one, `result_limit` lets it through whole.
+history can hold (`toren._limits`); with one, `result_limit` lets it through whole.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from toren.limits import MAX_RESULT_BYTES
+from toren._limits import MAX_RESULT_BYTES
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -67,7 +67,7 @@ DEFAULT_THRESHOLD = 256 * 1024
 STORED_RESULT_LIMIT = 32 * 1024 * 1024
 """Longest tool result (UTF-8 bytes) kept whole with a store: below the S3 driver's 50 MiB
 cap, so a completion never fails on size (it would be retried like a dead worker). Without a
-store the limit is `toren.limits.MAX_RESULT_BYTES`."""
+store the limit is `toren._limits.MAX_RESULT_BYTES`."""
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -313,7 +313,7 @@ async def close_storage(converter: DataConverter) -> None:
 def result_limit() -> int:
     """The longest tool result the current activity may return whole, in UTF-8 bytes.
 
-    `toren.limits.MAX_RESULT_BYTES` keeps a result under Temporal's 2 MB payload limit; with
+    `toren._limits.MAX_RESULT_BYTES` keeps a result under Temporal's 2 MB payload limit; with
     external storage that limit no longer applies to it, so only `STORED_RESULT_LIMIT` does.
     """
     try:

@@ -15,8 +15,9 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from toren import storage
-from toren.activities.runtime import AgentRuntime, LoadedAgent
+from toren import _storage as storage
+from toren.activities._loaded import LoadedAgent
+from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
 from toren.workflows import AgentRun
 
@@ -59,7 +60,7 @@ class TorenPlugin(SimplePlugin):
         Args:
             runtime: on a worker, the runtime whose activities to register.
             agents: only these agents' tool activities (default: all of the runtime's).
-            payload_store: where payloads over 256 KiB go (`toren.storage`); default the
+            payload_store: where payloads over 256 KiB go (`toren._storage`); default the
                 `TOREN_PAYLOAD_STORE` variable; empty or unset keeps them in history.
         """
         activities: list[Callable[..., Any]] = runtime.activities(agents) if runtime else []

@@ -25,12 +25,9 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from toren.errors import RunError
-    from toren.schema import validate_args
-    from toren.tools.processes import OUTPUT_CHARS
-    from toren.transcript import EMPTY_DIGEST, chain, tool_message
-    from toren.workflows import approvals
-    from toren.workflows.types import (
+    from toren._schema import validate_args
+    from toren._transcript import EMPTY_DIGEST, chain, tool_message
+    from toren._types import (
         AgentSpec,
         ApprovalCheck,
         Carry,
@@ -44,6 +41,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         ToolSpec,
     )
+    from toren.errors import RunError
+    from toren.workflows import _approvals as approvals
 
 __all__ = ["AgentRun"]
 
@@ -56,6 +55,8 @@ DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
 MODEL_TIMEOUT = timedelta(minutes=5)
 LOCAL_TOOL_MAX_MS = 10_000
 """Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
+CHILD_OUTPUT_CHARS = 4000
+"""A background run's output as `check_run` returns it (and tells the parent) is cut to this."""
 MAX_QUEUE_ROUNDS = 10
 """Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
@@ -475,13 +476,13 @@ class AgentRun:
         try:
             result = await handle
         except ChildWorkflowError as err:
-            error = str(err.cause or err)[:OUTPUT_CHARS]
+            error = str(err.cause or err)[:CHILD_OUTPUT_CHARS]
             self._children[child_id] = {"process": name, "status": "failed", "error": error}
             note = f"Background run {child_id} ({name}) failed: {error}"
         else:
             output = result.get("text") if isinstance(result, dict) and "text" in result else result
             text = output if isinstance(output, str) else json.dumps(output, default=str)
-            text = text[:OUTPUT_CHARS]
+            text = text[:CHILD_OUTPUT_CHARS]
             self._children[child_id] = {"process": name, "status": "completed", "output": text}
             note = f"Background run {child_id} ({name}) completed. Output:\n{text}"
         self._notices.append({"role": "user", "content": note})

@@ -5,7 +5,7 @@
 builtin_tools: [read_attachment]
 ```
 
-Attach files before the run (`toren.attachments.attach("report.pdf")` returns the id) and
+Attach files before the run (`toren._attachments.attach("report.pdf")` returns the id) and
 start it with `attachments=[id]`. The model calls `read_attachment {"file_id": "att_...",
 "page": 2}` and gets `{"name": "report.pdf", "page": 2, "of": 12, "text": "..."}`. Only ids
 attached to the current run can be read. The store is `TOREN_ATTACHMENTS` from the worker's
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.attachments import ENV_VAR, AttachmentError, open_store
-from toren.tool import Tool, ToolContext, Variable, define_tool
+from toren._attachments import ENV_VAR, AttachmentError, open_store
+from toren._tool import Tool, ToolContext, Variable, define_tool
 
 if TYPE_CHECKING:
-    from toren.agent import AgentConfig
+    from toren._config import AgentConfig
 
 __all__ = ["ReadAttachmentInput", "read", "tools"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from toren.models.base import Message, ModelHTTPError, ModelReply, ModelRequest
+from toren.models._base import Message, ModelHTTPError, ModelReply, ModelRequest
 
 __all__ = ["OpenAIModel"]
 

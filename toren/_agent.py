@@ -1,7 +1,7 @@
 """Agent folders: `agent.yaml` + `instructions.md` + `tools/*.py`, loaded and checked.
 
 ```python
-from toren.agent import load_agent
+from toren._agent import load_agent
 
 agent = load_agent("examples/support")   # ConfigError lists every problem at once
 env = agent.resolve_env(os.environ)      # MissingEnvError names every missing variable
@@ -19,73 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from toren._config import AgentConfig
+from toren._tool import Tool
 from toren.errors import ConfigError, MissingEnvError
-from toren.tool import Tool
 
-__all__ = ["Agent", "AgentConfig", "EnvConfig", "Limits", "load_agent"]
+__all__ = ["Agent", "load_agent", "process_specs"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mock": None}
 _PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class Limits(_Strict):
-    """Run-level budgets."""
-
-    max_steps_per_task: int = Field(50, alias="maxStepsPerTask", ge=1)
-    """Model turns before the run fails with a budget error."""
-    max_attempts_per_task: int | None = Field(None, alias="maxAttemptsPerTask", ge=1)
-    """Default `max_attempts` for tools that declare none; `None`: at-least-once."""
-    max_wall_clock_min: float | None = Field(None, alias="maxWallClockMin", gt=0)
-    """Minutes before a workflow timer ends the run with a budget error; `None`: no limit."""
-    approval_timeout_min: float | None = Field(None, alias="approvalTimeoutMin", gt=0)
-    """Default minutes a gated call waits before it is denied; `None`: wait forever."""
-    continue_as_new_after_events: int | None = Field(None, alias="continueAsNewAfterEvents", ge=100)
-    """Continue as new past this many history events (always when Temporal suggests it)."""
-    continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)
-    """Continue as new past this much history, in MB (always when Temporal suggests it)."""
-
-
-class EnvConfig(_Strict):
-    """The env a handler may read through `ctx.env`."""
-
-    required: list[str] = Field(default_factory=list)
-    """Names that must be set in the worker's environment."""
-    optional: dict[str, str] = Field(default_factory=dict)
-    """Names that may be set, with the default used when they are not."""
-
-
-class AgentConfig(_Strict):
-    """The contents of agent.yaml."""
-
-    name: str
-    """The agent's name, `[a-z][a-z0-9_]*`; prefixes its tool activity types."""
-    model: str
-    """`openai/<model>`, `anthropic/<model>` or `mock/<name>`."""
-    description: str = ""
-    """One line for people; not sent to the model."""
-    instructions: str = "instructions.md"
-    """The system prompt's file, relative to agent.yaml."""
-    max_tokens: int = Field(4096, alias="maxTokens", ge=1)
-    """Upper bound on tokens per model response."""
-    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
-    """Run budgets."""
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    """Env names the tools may read."""
-    builtin_tools: list[str] = Field(default_factory=list)
-    """Built-in tools to add, by name."""
-    sandbox: bool | dict[str, Any] = False
-    """Grant bash and the workspace file tools (`true`, or a block of options)."""
-    processes: dict[str, Any] = Field(default_factory=dict)
-    """Named processes `run_process` may start."""
-    task_queue: str | None = None
-    """The Temporal task queue; defaults to the agent's name."""
 
 
 @dataclass
@@ -285,3 +229,45 @@ def _import(file: Path, module_name: str) -> Any:
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+def process_specs(config: AgentConfig, folder: Path) -> dict[str, dict[str, Any]]:
+    """The declared processes, resolved: `{name: {workflow, task_queue, agent?, description}}`.
+
+    Raises:
+        ConfigError: a process names no agent or workflow, or its agent folder is broken.
+    """
+    specs: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    where = folder / "agent.yaml"
+    for name, raw in config.processes.items():
+        if not isinstance(raw, dict):
+            problems.append(f"{where}: processes.{name}: must be a mapping (agent: or workflow:)")
+            continue
+        unknown = set(raw) - {"agent", "workflow", "task_queue", "description"}
+        if unknown:
+            problems.append(f"{where}: processes.{name}: unknown key(s) {sorted(unknown)}")
+        if ("agent" in raw) == ("workflow" in raw):
+            problems.append(f"{where}: processes.{name}: give exactly one of agent: or workflow:")
+            continue
+        if "agent" in raw:
+            try:
+                child = load_agent((folder / str(raw["agent"])).resolve())
+            except ConfigError as err:
+                problems += [f"{where}: processes.{name}: {p}" for p in err.problems]
+                continue
+            specs[name] = {
+                "workflow": "AgentRun",
+                "agent": child.name,
+                "task_queue": raw.get("task_queue") or child.task_queue,
+                "description": raw.get("description") or child.config.description,
+            }
+        else:
+            specs[name] = {
+                "workflow": str(raw["workflow"]),
+                "task_queue": raw.get("task_queue") or config.task_queue or config.name,
+                "description": raw.get("description", ""),
+            }
+    if problems:
+        raise ConfigError(problems)
+    return specs

@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from toren.workflows.types import Decision, PendingApproval
+from toren._types import Decision, PendingApproval
 
 __all__ = ["APPROVE_HELP", "DECIDE_HELP", "DENY_HELP", "Approvals", "decision_problem"]
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from toren.errors import ModelHTTPError
+
 __all__ = ["ModelHTTPError", "ModelProvider", "ModelReply", "ModelRequest"]
 
 Message = dict[str, Any]
@@ -53,28 +55,6 @@ class ModelReply:
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls
         return message
-
-
-class ModelHTTPError(Exception):
-    """A provider answered with an error status (or could not be reached).
-
-    `retryable` follows the status: 408, 409, 429 and 5xx (and connection errors) are; other
-    4xx are not. `retry_after` is the server's `Retry-After` in seconds, when it sent one.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        status: int | None = None,
-        retry_after: float | None = None,
-        retryable: bool | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-        if retryable is None:
-            retryable = status is None or status in (408, 409, 429) or status >= 500
-        self.retryable = retryable
 
 
 class ModelProvider(Protocol):

@@ -1,7 +1,7 @@
 """Attachments: files parsed once into ~4,000-character pages, stored by content hash.
 
 ```python
-from toren.attachments import attach, open_store
+from toren._attachments import attach, open_store
 
 info = attach("report.pdf")           # AttachmentInfo(id='att_3f2a...', pages=12, ...)
 attach(csv_bytes, name="totals.csv")  # bytes need a name for their type
@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from toren.context import Attachment
-from toren.errors import TorenError
+from toren._context import Attachment
+from toren.errors import AttachmentError
 
 __all__ = [
     "MAX_BYTES",
@@ -110,10 +110,6 @@ _MIME = mimetypes.MimeTypes()
 """Python's built-in type table only: the system's mime.types would make errors vary by host."""
 
 _SUPPORTED = "PDF, DOCX, XLSX and text (txt, md, csv, json, yaml, html, logs, ...)"
-
-
-class AttachmentError(TorenError):
-    """A file cannot be attached or an attachment cannot be read; the message says why."""
 
 
 @dataclass(frozen=True)

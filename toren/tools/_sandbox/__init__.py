@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toren._tool import Tool, ToolContext, define_tool
 from toren.errors import ConfigError
-from toren.tool import Tool, ToolContext, define_tool
-from toren.tools.sandbox._files import (
+from toren.tools._sandbox._files import (
     SandboxError,
     edit_file,
     read_file,
@@ -71,10 +71,10 @@ from toren.tools.sandbox._files import (
     workspace_root,
     write_file,
 )
-from toren.tools.sandbox._jail import KEEP_CHARS, SANDBOX_PATH, Jail, probe
+from toren.tools._sandbox._jail import KEEP_CHARS, SANDBOX_PATH, Jail, probe
 
 if TYPE_CHECKING:
-    from toren.agent import AgentConfig
+    from toren._config import AgentConfig
 
 __all__ = ["SandboxError", "SandboxOptions", "parse_options", "tools"]
 

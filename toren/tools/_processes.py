@@ -29,68 +29,19 @@ Both run inside the workflow (starting a child is a workflow command), so they a
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toren.errors import ConfigError
-from toren.tool import Tool, ToolContext, define_tool
+from toren._tool import Tool, ToolContext, define_tool
 
 if TYPE_CHECKING:
-    from toren.agent import AgentConfig
+    from toren._config import AgentConfig
 
-__all__ = ["OUTPUT_CHARS", "process_specs", "tools"]
-
-OUTPUT_CHARS = 4000
-"""A child's output as `check_run` returns it (and as the parent is told) is cut to this."""
+__all__ = ["tools"]
 
 
 def _native(args: Any, ctx: ToolContext) -> str:
     # Never called: the workflow runs these tools itself.
     raise RuntimeError(f"{ctx.tool} runs inside the workflow, not as an activity")
-
-
-def process_specs(config: AgentConfig, folder: Path) -> dict[str, dict[str, Any]]:
-    """The declared processes, resolved: `{name: {workflow, task_queue, agent?, description}}`.
-
-    Raises:
-        ConfigError: a process names no agent or workflow, or its agent folder is broken.
-    """
-    from toren.agent import load_agent
-
-    specs: dict[str, dict[str, Any]] = {}
-    problems: list[str] = []
-    where = folder / "agent.yaml"
-    for name, raw in config.processes.items():
-        if not isinstance(raw, dict):
-            problems.append(f"{where}: processes.{name}: must be a mapping (agent: or workflow:)")
-            continue
-        unknown = set(raw) - {"agent", "workflow", "task_queue", "description"}
-        if unknown:
-            problems.append(f"{where}: processes.{name}: unknown key(s) {sorted(unknown)}")
-        if ("agent" in raw) == ("workflow" in raw):
-            problems.append(f"{where}: processes.{name}: give exactly one of agent: or workflow:")
-            continue
-        if "agent" in raw:
-            try:
-                child = load_agent((folder / str(raw["agent"])).resolve())
-            except ConfigError as err:
-                problems += [f"{where}: processes.{name}: {p}" for p in err.problems]
-                continue
-            specs[name] = {
-                "workflow": "AgentRun",
-                "agent": child.name,
-                "task_queue": raw.get("task_queue") or child.task_queue,
-                "description": raw.get("description") or child.config.description,
-            }
-        else:
-            specs[name] = {
-                "workflow": str(raw["workflow"]),
-                "task_queue": raw.get("task_queue") or config.task_queue or config.name,
-                "description": raw.get("description", ""),
-            }
-    if problems:
-        raise ConfigError(problems)
-    return specs
 
 
 def tools(config: AgentConfig, name: str) -> list[Tool]:

@@ -27,7 +27,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.converter import default as default_converter
 
-from toren.workflows.approvals import decision_problem
+from toren.workflows._approvals import decision_problem
 
 __all__ = ["Event", "EventStream", "format_event", "render"]
 

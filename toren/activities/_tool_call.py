@@ -14,21 +14,19 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from toren.context import ToolContext, ToolResult
-from toren.limits import MAX_CHANGES_BYTES, cut_text
-from toren.schema import validate_args
-from toren.storage import result_limit
-from toren.tool import Tool
-from toren.workflows.types import ToolCallInput, ToolCallResult
-
-if TYPE_CHECKING:
-    from toren.activities.runtime import LoadedAgent
+from toren._context import ToolContext, ToolResult
+from toren._limits import MAX_CHANGES_BYTES, cut_text
+from toren._schema import validate_args
+from toren._storage import result_limit
+from toren._tool import Tool
+from toren._types import ToolCallInput, ToolCallResult
+from toren.activities._loaded import LoadedAgent
 
 __all__ = ["RunHooks", "missing_variables", "redact", "run_tool_call", "validation_text"]
 
@@ -141,7 +139,7 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
     )
     result = await _call(tool, input.args, ctx, secrets)
     if result.attachments:
-        from toren.attachments import store_result_attachments
+        from toren._attachments import store_result_attachments
 
         # Up to 15 MB of file writes: in a thread, so heartbeats and other calls go on.
         refs = await asyncio.to_thread(store_result_attachments, result.attachments)

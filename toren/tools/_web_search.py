@@ -24,11 +24,12 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
-from toren.models.openai import retry_after
-from toren.tool import Tool, ToolContext, Variable, define_tool
+from toren._tool import Tool, ToolContext, Variable, define_tool
+from toren.errors import WebSearchError
+from toren.models._openai import retry_after
 
 if TYPE_CHECKING:
-    from toren.agent import AgentConfig
+    from toren._config import AgentConfig
 
 __all__ = ["DEFAULT_BASE_URL", "WebSearchError", "WebSearchInput", "search", "tools"]
 
@@ -46,10 +47,6 @@ SNIPPET_CHARS = 2_000
 
 _transport: httpx.AsyncBaseTransport | None = None
 """The httpx transport to use instead of the network; tests set an `httpx.MockTransport`."""
-
-
-class WebSearchError(Exception):
-    """Tavily refused the search or answered with something that is not a search result."""
 
 
 class WebSearchInput(BaseModel):

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from toren.models.base import Message, ModelReply, ModelRequest
+from toren.models._base import Message, ModelReply, ModelRequest
 
 __all__ = ["EchoModel", "ScriptedModel"]
 

@@ -47,10 +47,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.tool import Tool, ToolContext, Variable, define_tool
+from toren._tool import Tool, ToolContext, Variable, define_tool
+from toren.errors import SqlQueryError
 
 if TYPE_CHECKING:
-    from toren.agent import AgentConfig
+    from toren._config import AgentConfig
 
 __all__ = [
     "RESULT_BYTES",
@@ -81,10 +82,6 @@ _ENVELOPE_BYTES = 256
 _SUPPORTED_URLS = "sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://..."
 
 _READ_ONLY_HINT = "sql_query is read-only: send a single SELECT (or WITH ... SELECT)"
-
-
-class SqlQueryError(Exception):
-    """The query was refused or failed; the message carries the database's own words."""
 
 
 class SqlQueryInput(BaseModel):
