@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EMPTY_DIGEST", "TranscriptCache", "chain", "digest_of", "tool_message"]
+__all__ = ["EMPTY_DIGEST", "TranscriptCache", "TranscriptRef", "chain", "digest_of", "tool_message"]
 
 Message = dict[str, Any]
 
@@ -130,3 +130,39 @@ class TranscriptCache:
         """Drop a finished run's transcript."""
         with self._lock:
             self._runs.pop(run_key, None)
+
+
+class TranscriptRef:
+    """The workflow's side: the transcript, its digest, and what `call_model` cannot know.
+
+    Wraps the run's own message list (it lives in the run's `RunState`) and appends to it.
+    """
+
+    def __init__(self, messages: list[Message]) -> None:
+        """Take over `messages`, which `call_model` can ask for (they are in the run's input)."""
+        self.messages = messages
+        self.digest = digest_of(messages)
+        self.since = len(messages)
+        """Index of the first message not produced by an earlier `call_model` of this run."""
+        self.tail: list[dict[str, Any]] = []
+        """How `call_model` finds each message from `since` on (see `ModelCallInput.tail`)."""
+
+    def append(self, message: Message, ref: dict[str, Any] | None) -> None:
+        """Append `message`; `ref` tells `call_model` where to find it.
+
+        `None` means it is already in this run's input: `call_model` asks the workflow for it.
+        """
+        self.messages.append(message)
+        self.digest = chain(self.digest, message)
+        if ref is None:
+            self.since = len(self.messages)
+            self.tail = []
+        else:
+            self.tail.append(ref)
+
+    def model_replied(self, message: Message) -> None:
+        """Append the model's reply: the worker that called the model keeps it."""
+        self.messages.append(message)
+        self.digest = chain(self.digest, message)
+        self.since = len(self.messages)
+        self.tail = []

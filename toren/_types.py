@@ -6,19 +6,20 @@ a plain JSON object, and so a history stays readable in the Web UI.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "AgentSpec",
     "ApprovalCheck",
-    "Carry",
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
     "PendingApproval",
     "RunInput",
     "RunResult",
+    "RunState",
     "ToolCallInput",
     "ToolCallResult",
     "ToolSpec",
@@ -42,8 +43,12 @@ class RunInput:
     """Prior conversation to continue from."""
     attachments: list[str] | None = None
     """Attachment ids (never bytes) the run may read."""
-    carry: Carry | None = None
+    carry: RunState | None = None
     """Set by toren when a long run continues as new: everything the next run needs."""
+
+    def continued_with(self, state: RunState) -> RunInput:
+        """The next run's input: the same request, carrying `state` whole."""
+        return dataclasses.replace(self, messages=None, carry=state)
 
 
 @dataclass
@@ -101,21 +106,40 @@ class AgentSpec:
 
 
 @dataclass
-class Carry:
-    """What a run hands the next one when it continues as new (at a turn boundary)."""
+class RunState:
+    """Everything a run carries: the workflow owns one, continue-as-new passes it whole.
 
-    spec: AgentSpec
-    messages: list[Message]
-    step: int
-    tool_calls: int
-    usage: dict[str, int]
-    state: dict[str, Any]
-    events: list[dict[str, Any]]
-    call_ids: list[str]
-    queued: int
-    refused: list[dict[str, Any]]
+    A field added here travels across continue-as-new with nothing else to edit
+    (`tests/test_run_state.py` fills every field and checks that it arrives). What is not here
+    is derived again in the next run (the transcript digest) or cannot outlive a run
+    (pending approvals: a run continues as new only at a turn boundary, when none wait).
+    Field names are those of the `carry` in committed histories: renaming one breaks replay.
+    """
+
+    spec: AgentSpec | None = None
+    """The agent's spec, recorded once at the start of the chain."""
+    messages: list[Message] = field(default_factory=list)
+    """The transcript."""
+    step: int = 0
+    """Model turns taken, across the chain."""
+    tool_calls: int = 0
+    """Tool calls made, across the chain."""
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
+    """Summed token usage."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Key-value state written by tools (`ctx.set_value`)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Events tools emitted (`ctx.emit`)."""
+    call_ids: list[str] = field(default_factory=list)
+    """Every call id used so far (a repeated tool-use id gets a suffix)."""
+    queued: int = 0
+    """Tool calls queued by tools so far (numbers their ids)."""
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    """Refused approval signals."""
     children: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Finished background runs (`check_run` still answers for them)."""
+    """Background runs started by `run_process`, by run id: process, status, output or error."""
+    notices: list[Message] = field(default_factory=list)
+    """Messages for the model's next step (a background run finished)."""
     deadline: str | None = None
     """When `maxWallClockMin` runs out (ISO time), across the whole chain of runs."""
     runs: int = 1

@@ -34,11 +34,19 @@ DECIDE_HELP = (
 class Approvals:
     """Pending approvals, decisions and refusals of one run."""
 
-    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
-        self._on_change = on_change or (lambda: None)
+    def __init__(
+        self, refused: Callable[[], list[dict[str, Any]]], on_change: Callable[[], None]
+    ) -> None:
+        """Create the bookkeeping of one run.
+
+        Args:
+            refused: the run's list of refused signals (it lives in the run's `RunState`).
+            on_change: called when calls start or stop waiting (keeps the inbox current).
+        """
+        self._refused = refused
+        self._on_change = on_change
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, Decision] = {}
-        self.refused: list[dict[str, Any]] = []
 
     # -- the workflow's side ---------------------------------------------------------------
 
@@ -129,7 +137,7 @@ class Approvals:
             shown = repr(payload)
         if len(shown) > 500:
             shown = shown[:500] + "…"
-        self.refused.append(
+        self._refused().append(
             {"signal": kind, "payload": shown, "reason": reason, "at": workflow.now().isoformat()}
         )
         workflow.logger.warning("refused %s signal: %s (payload %s)", kind, reason, shown)
@@ -167,8 +175,8 @@ class Approvals:
                     "for an immediate answer. Press **R** here to refresh after sending."
                 )
             text = "\n\n".join(parts)
-        if self.refused:
-            last = self.refused[-1]
+        if self._refused():
+            last = self._refused()[-1]
             text += f"\n\n_Last refused signal ({last['signal']}): {last['reason']}_"
         return text
 

@@ -1,0 +1,47 @@
+"""The approval inbox's search attributes, kept current by `AgentRun`.
+
+`TorenAgent`, `TorenStatus` (`running`, `waiting_approval`, `completed`, `failed`) and
+`TorenPendingApprovals` are upserted only when they change, and only those the namespace has
+registered (the worker looks them up at start and records them in the agent's spec).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+
+with workflow.unsafe.imports_passed_through():
+    from toren._types import AgentSpec
+
+__all__ = ["StatusAttributes"]
+
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
+PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
+
+
+class StatusAttributes:
+    """What this run last upserted, so only changes are sent."""
+
+    def __init__(self) -> None:
+        self._status = ""
+        self._pending = -1
+
+    def sync(self, spec: AgentSpec | None, pending: int, final: str | None = None) -> None:
+        """Upsert what changed: the agent once, the status, the count of waiting calls."""
+        if spec is None or not spec.search_attributes:
+            return
+        have = set(spec.search_attributes)
+        status = final or ("waiting_approval" if pending else "running")
+        updates: list[SearchAttributeUpdate[Any]] = []
+        if not self._status and "TorenAgent" in have:
+            updates.append(AGENT_KEY.value_set(spec.name))
+        if status != self._status and "TorenStatus" in have:
+            updates.append(STATUS_KEY.value_set(status))
+        if pending != self._pending and "TorenPendingApprovals" in have:
+            updates.append(PENDING_KEY.value_set(pending))
+        self._status, self._pending = status, pending
+        if updates:
+            workflow.upsert_search_attributes(updates)

@@ -1,0 +1,243 @@
+"""One tool call under its contract, inside `AgentRun`: checks, approval, then the activity.
+
+Unknown tool or invalid arguments → an error result, no activity. A gated call asks the
+approval policy (a recorded local activity) and waits for a person. Then the call runs as the
+activity `<agent>.<tool>` whose timeouts and retries come from the tool's declaration, or as a
+local activity when it is a short pure lookup. Workflow-side code: deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from toren._schema import validate_args
+    from toren._transcript import tool_message
+    from toren._types import (
+        AgentSpec,
+        ApprovalCheck,
+        Decision,
+        PendingApproval,
+        RunInput,
+        RunState,
+        ToolCallInput,
+        ToolCallResult,
+        ToolSpec,
+    )
+    from toren.workflows._approvals import Approvals
+    from toren.workflows._background import Background
+
+__all__ = ["HEARTBEAT_TIMEOUT", "CallOutcome", "ToolCalls"]
+
+Message = dict[str, Any]
+
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+"""A worker that stops heartbeating this long is taken as dead and the call is retried."""
+DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
+"""Start-to-close for a tool without `timeout_ms` (heartbeats catch a dead worker sooner)."""
+LOCAL_TOOL_MAX_MS = 10_000
+"""Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
+
+
+@dataclass
+class CallOutcome:
+    """A finished call: its transcript message, where `call_model` finds it, what it changed."""
+
+    message: Message
+    ref: dict[str, Any]
+    """`{"call_id": id}` when a tool activity produced the message (the worker has it), else
+    `{"message": ...}`: the workflow made it, so the reference carries it."""
+    changes: dict[str, Any] | None = None
+
+
+class ToolCalls:
+    """Runs the tool calls of one run under their contracts."""
+
+    def __init__(
+        self, run: RunState, input: RunInput, approvals: Approvals, background: Background
+    ) -> None:
+        self._run = run
+        self._input = input
+        """The run's input (its invocation arguments and attachments reach every call)."""
+        self._approvals = approvals
+        self._background = background
+
+    @property
+    def _spec(self) -> AgentSpec:
+        assert self._run.spec is not None
+        return self._run.spec
+
+    async def run_call(self, call: dict[str, Any]) -> CallOutcome:
+        """Run one call the model (or a tool) asked for; never raises for a bad call."""
+        run = self._run
+        name = str(call.get("name", ""))
+        use_id = str(call.get("id") or f"call_{run.step}")
+        call_id = use_id if use_id not in run.call_ids else f"{use_id}-{run.step}"
+        run.call_ids.append(call_id)
+        run.tool_calls += 1
+
+        def made_here(text: str, failed: bool = True) -> CallOutcome:
+            message = tool_message(use_id, name, text, failed)
+            return CallOutcome(message, {"message": message})
+
+        tool = next((t for t in self._spec.tools if t.name == name), None)
+        if tool is None:
+            return made_here(f"unknown tool: {name}")
+        args, problem = _parse_args(call.get("arguments"))
+        if problem is None:
+            problem = validate_args(tool.schema, args)
+        if problem is not None:
+            return made_here(f"invalid arguments for {name}: {problem}")
+
+        gate = await self._check_gate(tool, call_id, args)
+        if gate.error is not None:
+            return made_here(f"invalid arguments for {name}: {gate.error}")
+        if gate.gated:
+            decision = await self._await_decision(tool, call_id, args, gate.reason)
+            if not decision.approved:
+                comment = f": {decision.comment}" if decision.comment else ""
+                return made_here(f"denied by {decision.by}{comment}")
+
+        if tool.native:
+            text, failed = await self._background.run_native(tool, use_id, args)
+            return made_here(text, failed)
+
+        result = await self._execute(tool, use_id, args)
+        message = tool_message(use_id, name, result.content, result.is_error)
+        return CallOutcome(message, {"call_id": use_id}, result.changes)
+
+    async def _check_gate(
+        self, tool: ToolSpec, call_id: str, args: dict[str, Any]
+    ) -> ApprovalCheck:
+        if tool.approval == "never":
+            return ApprovalCheck(gated=False, call_id=call_id, tool=tool.name)
+        # Also for `always`: the recorded result is the ApprovalRequested entry of the event log.
+        check: ApprovalCheck = await workflow.execute_local_activity(
+            "toren.check_approval",
+            args=[self._spec.name, tool.name, call_id, args],
+            result_type=ApprovalCheck,
+            start_to_close_timeout=timedelta(seconds=30),
+            summary=f"approval policy of {tool.name}",
+        )
+        return check
+
+    async def _await_decision(
+        self, tool: ToolSpec, call_id: str, args: dict[str, Any], reason: str
+    ) -> Decision:
+        timeout_s = tool.approval_timeout_s or self._spec.approval_timeout_s
+        now = workflow.now()
+        self._approvals.request(
+            PendingApproval(
+                call_id=call_id,
+                tool=tool.name,
+                args=args,
+                requested_at=now.isoformat(),
+                reason=reason,
+                step=self._run.step,
+                expires_at=(now + timedelta(seconds=timeout_s)).isoformat() if timeout_s else None,
+            )
+        )
+        try:
+            await workflow.wait_condition(
+                lambda: self._approvals.decided(call_id),
+                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
+                timeout_summary=f"approval of {tool.name} expires",
+            )
+        except TimeoutError:
+            self._approvals.expire(call_id, timeout_s or 0.0)
+        return self._approvals.take(call_id)
+
+    async def _execute(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
+        spec = self._spec
+        info = workflow.info()
+        max_attempts = tool.max_attempts or spec.max_attempts
+        if tool.timeout_ms:
+            # Above the handler's own race, so the handler's timeout result wins.
+            close = timedelta(milliseconds=tool.timeout_ms) + max(
+                timedelta(seconds=5), timedelta(milliseconds=tool.timeout_ms) / 10
+            )
+        else:
+            close = DEFAULT_TOOL_TIMEOUT
+        call_input = ToolCallInput(
+            run_key=f"{info.workflow_id}/{info.run_id}",
+            call_id=use_id,
+            tool=tool.name,
+            args=args,
+            idempotency_key=f"{info.workflow_id}:{self._run.step}:{use_id}",
+            step=self._run.step,
+            arguments=self._input.arguments or None,
+            attachments=self._input.attachments or None,
+        )
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts or 0
+        )
+        activity_type = f"{spec.name}.{tool.name}"
+        try:
+            if _runs_locally(tool):
+                # A short pure lookup: a local activity saves a server round trip and two events;
+                # running it twice after a crash is harmless by its own declaration.
+                result: ToolCallResult = await workflow.execute_local_activity(
+                    activity_type,
+                    call_input,
+                    result_type=ToolCallResult,
+                    start_to_close_timeout=close,
+                    retry_policy=retry,
+                    summary=_summary(tool.name, args),
+                )
+            else:
+                result = await workflow.execute_activity(
+                    activity_type,
+                    call_input,
+                    result_type=ToolCallResult,
+                    start_to_close_timeout=close,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=retry,
+                    summary=_summary(tool.name, args),
+                )
+            return result
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise
+            if max_attempts:
+                return ToolCallResult(
+                    f"tool {tool.name} failed closed after {max_attempts} attempts", True
+                )
+            return ToolCallResult(f"tool {tool.name} failed: {err.cause or err}", True)
+
+
+def _runs_locally(tool: ToolSpec) -> bool:
+    """Whether a call runs as a local activity: no effects, no key, a short timeout."""
+    return (
+        tool.effects == "none"
+        and tool.idempotency == "none"
+        and tool.timeout_ms is not None
+        and tool.timeout_ms <= LOCAL_TOOL_MAX_MS
+    )
+
+
+def _parse_args(raw: Any) -> tuple[dict[str, Any], str | None]:
+    if raw is None or raw == "":
+        return {}, None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as err:
+            return {}, f"not valid JSON: {err}"
+    if not isinstance(raw, dict):
+        return {}, f"expected a JSON object, got {type(raw).__name__}"
+    return raw, None
+
+
+def _summary(tool: str, args: dict[str, Any]) -> str:
+    text = json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
+    inner = text[1:-1] if text.startswith("{") else text
+    if len(inner) > 160:
+        inner = inner[:157] + "…"
+    return f"{tool}({inner})"
