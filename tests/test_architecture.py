@@ -19,6 +19,7 @@ import grimp
 import pytest
 
 import toren
+from toren import errors
 from toren.errors import TorenError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,6 +125,7 @@ def test_public_names_are_sorted_and_resolve() -> None:
     for name in names:
         assert getattr(toren, name) is not None, name
     assert set(dir(toren)) >= set(names)
+    assert set(errors.__all__) <= set(names), "every error is a public name"
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = toren.nope  # type: ignore[attr-defined]
 

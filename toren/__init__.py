@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from toren import errors as _errors
+
 if TYPE_CHECKING:
     from toren._agent import Agent, load_agent
     from toren._config import AgentConfig
@@ -101,25 +103,9 @@ _WHERE = {
     "ModelReply": "toren.models",
     "ModelRequest": "toren.models",
     "AgentRun": "toren.workflows",
-    **{
-        name: "toren.errors"
-        for name in (
-            "AttachmentError",
-            "ConfigError",
-            "MissingEnvError",
-            "ModelError",
-            "ModelHTTPError",
-            "RunError",
-            "SandboxError",
-            "SqlQueryError",
-            "StoreError",
-            "ToolError",
-            "TorenError",
-            "WebSearchError",
-        )
-    },
 }
 """Each public name → the module that defines it."""
+_WHERE.update(dict.fromkeys(_errors.__all__, "toren.errors"))
 
 
 def __getattr__(name: str) -> Any:

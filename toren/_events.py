@@ -50,6 +50,15 @@ def _first(payloads: Payloads | None) -> Any:
     return values[0] if values else None
 
 
+def _pick(source: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """Fields of an event taken from `source`, in order: `"key"`, or `"eventKey=source_key"`."""
+    fields = {}
+    for key in keys:
+        name, _, source_key = key.partition("=")
+        fields[name] = source.get(source_key or name)
+    return fields
+
+
 def _failure_text(failure: Any) -> str:
     text: str = failure.message
     cause = failure.cause if failure.HasField("cause") else None
@@ -82,10 +91,7 @@ class _Renderer:
             self.emit(
                 event,
                 "RunStarted",
-                agent=run_input.get("agent"),
-                prompt=run_input.get("prompt"),
-                arguments=run_input.get("arguments"),
-                attachments=run_input.get("attachments"),
+                **_pick(run_input, "agent", "prompt", "arguments", "attachments"),
             )
         elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
             self._marker(event)
@@ -147,10 +153,7 @@ class _Renderer:
             self.emit(
                 event,
                 "RunCompleted",
-                text=result.get("text"),
-                steps=result.get("steps"),
-                toolCalls=result.get("tool_calls"),
-                usage=result.get("usage"),
+                **_pick(result, "text", "steps", "toolCalls=tool_calls", "usage"),
             )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
             failure = event.workflow_execution_failed_event_attributes.failure
@@ -191,11 +194,7 @@ class _Renderer:
         ):
             self.pending.add(result.get("call_id", ""))
             self.emit(
-                event,
-                "ApprovalRequested",
-                callId=result.get("call_id"),
-                tool=result.get("tool"),
-                reason=result.get("reason"),
+                event, "ApprovalRequested", **_pick(result, "callId=call_id", "tool", "reason")
             )
 
     def _local_tool(self, event: HistoryEvent, tool: str, result: Any, marker: Any) -> None:
@@ -296,10 +295,9 @@ class _Renderer:
                 self.emit(
                     event,
                     "ToolInvoked",
-                    tool=inv.get("tool"),
+                    **_pick(inv, "tool"),
                     by=tool,
-                    args=inv.get("args"),
-                    result=inv.get("result"),
+                    **_pick(inv, "args", "result"),
                     isError=bool(inv.get("is_error")),
                 )
             self.emit(
@@ -314,25 +312,13 @@ class _Renderer:
             if changes.get("state"):
                 self.emit(event, "StateSet", tool=tool, values=changes["state"])
             for emitted in changes.get("events") or []:
-                self.emit(
-                    event,
-                    "ToolEvent",
-                    tool=tool,
-                    name=emitted.get("event"),
-                    data=emitted.get("data"),
-                )
+                self.emit(event, "ToolEvent", tool=tool, **_pick(emitted, "name=event", "data"))
             for queued in changes.get("queued") or []:
                 self.emit(
                     event, "ToolQueued", by=tool, tool=queued.get("name"), args=queued.get("args")
                 )
             for message in changes.get("messages") or []:
-                self.emit(
-                    event,
-                    "MessageInjected",
-                    by=tool,
-                    role=message.get("role"),
-                    content=message.get("content"),
-                )
+                self.emit(event, "MessageInjected", by=tool, **_pick(message, "role", "content"))
 
     def _failed(self, event: HistoryEvent, info: dict[str, Any] | None, error: str) -> None:
         if info is None:
