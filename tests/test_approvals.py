@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from tests.conftest import fetch_history, task_failures, wait_for
 from toren import client as toren_client
@@ -212,3 +213,51 @@ async def test_current_details_tell_a_person_what_to_paste(
         assert 'big  pay({"amount": 500})' in out.stdout
         await handle.signal("approve", {"call_id": "big", "by": "dave"})
         await handle.result()
+
+
+async def test_bad_decide_requests_and_misspelled_signals_are_refused_with_the_fix(
+    client: Client, pay_agent: tuple[Path, Path]
+) -> None:
+    folder, log = pay_agent
+    async with serve(client, [folder], environ={"PAY_LOG": str(log)}):
+        handle = await park(client, folder)
+        rejected = {}
+        for label, args in {
+            "none": [],
+            "string": ["big"],
+            "null": [None],
+            "number id": [{"call_id": 1, "approve": True}],
+            "no approve": [{"call_id": "big"}],
+        }.items():
+            with pytest.raises(WorkflowUpdateFailedError) as err:
+                await handle.execute_update("decide", args=args)
+            cause = err.value.cause
+            assert isinstance(cause, ApplicationError) and cause.non_retryable, label
+            assert cause.type == "InvalidDecision" and '"approve": true' in cause.message, label
+            rejected[label] = cause.message.split(";")[0]
+        await handle.signal("aprove", {"call_id": "big", "by": "eve"})
+        await handle.signal("nudge", "x")
+        refused = await wait_for(lambda: _refused_at_least(handle, 2))
+        await handle.signal("approve", {"call_id": "big", "by": "eve"})
+        await handle.result()
+    assert rejected == {
+        "none": "expected one JSON object, got no argument",
+        "string": "expected a JSON object, got a string",
+        "null": "expected a JSON object, got null",
+        "number id": '"call_id" must be a string, got a number',
+        "no approve": 'field "approve" must be true or false',
+    }
+    assert [r["reason"] for r in refused] == [
+        "unknown signal 'aprove'; did you mean 'approve'?",
+        "unknown signal 'nudge' (signals: approve, deny)",
+    ]
+    history = await fetch_history(client, handle.id)
+    assert not task_failures(history)
+    shown = [e["reason"] for e in render(history) if e["type"] == "SignalRefused"]
+    assert shown == [r["reason"] for r in refused]
+    assert paid(log) == [{"amount": 5}, {"amount": 500}]
+
+
+async def _refused_at_least(handle: WorkflowHandle[Any, Any], n: int) -> list[dict[str, Any]]:
+    refused: list[dict[str, Any]] = await handle.query("refused_signals")
+    return refused if len(refused) >= n else []

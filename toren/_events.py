@@ -27,7 +27,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.converter import default as default_converter
 
-from toren.workflows._approvals import decision_problem
+from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
 __all__ = ["Event", "EventStream", "format_event", "render"]
 
@@ -335,7 +335,14 @@ class _Renderer:
             )
 
     def _signal(self, event: HistoryEvent, name: str, values: list[Any], identity: str) -> None:
-        if name not in ("approve", "deny"):
+        if name not in SIGNALS:
+            self.emit(
+                event,
+                "SignalRefused",
+                signal=name,
+                payload=values,
+                reason=unknown_signal_problem(name),
+            )
             return
         body = values[0] if len(values) == 1 else None
         if len(values) != 1:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -316,13 +317,24 @@ class AgentRun:
         self._approvals.on_signal("deny", payload)
 
     @workflow.update(description=approvals.DECIDE_HELP)
-    def decide(self, request: dict[str, Any]) -> Decision:
+    def decide(self, *request: Any) -> Decision:
         """Approve or deny a waiting call and get the recorded decision back."""
         return self._approvals.on_update(request)
 
     @decide.validator
-    def _validate_decide(self, request: dict[str, Any]) -> None:
+    def _validate_decide(self, *request: Any) -> None:
+        # Takes any arguments, so a wrong shape gets toren's answer, not a Python TypeError.
         self._approvals.validate_update(request)
+
+    @workflow.signal(dynamic=True)
+    def _unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        payload: list[Any] = []
+        for arg in args:
+            try:
+                payload.append(workflow.payload_converter().from_payload(arg.payload))
+            except Exception:  # a signal handler must never fail the workflow task
+                payload.append("<undecodable payload>")
+        self._approvals.on_unknown_signal(name, payload)
 
     @workflow.query(description="Calls waiting for a decision: call_id, tool, args, since when.")
     def pending_approvals(self) -> list[PendingApproval]:

@@ -7,15 +7,25 @@ run goes on waiting. A refusal is the safe answer: `{}` never approves the only 
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable, Collection
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from toren._types import Decision, PendingApproval
 
-__all__ = ["APPROVE_HELP", "DECIDE_HELP", "DENY_HELP", "Approvals", "decision_problem"]
+__all__ = [
+    "APPROVE_HELP",
+    "DECIDE_HELP",
+    "DENY_HELP",
+    "SIGNALS",
+    "Approvals",
+    "decision_problem",
+    "unknown_signal_problem",
+]
 
 APPROVE_HELP = (
     'Approve a waiting tool call. Data: {"call_id": "<call_id from User Metadata → Current '
@@ -28,6 +38,13 @@ DENY_HELP = (
 DECIDE_HELP = (
     'Approve or deny a waiting call and get the decision back. Data: {"call_id": "<id>", '
     '"approve": true, "by": "<your name>", "comment": "<optional>"}'
+)
+
+
+SIGNALS = ("approve", "deny")
+"""The signals a run takes; any other name is refused and recorded."""
+DECIDE_EXAMPLE = (
+    '{"call_id": "<id>", "approve": true, "by": "<your name>", "comment": "<optional>"}'
 )
 
 
@@ -100,17 +117,34 @@ class Approvals:
             return
         self._record(body, approved=kind == "approve", via="signal")
 
-    def validate_update(self, request: Any) -> None:
-        """Reject a `decide` update synchronously (raises) when it cannot be applied."""
-        problem = self._problem(request)
-        if problem is None and not isinstance(request.get("approve"), bool):
-            problem = 'field "approve" must be true or false'
-        if problem is not None:
-            raise ValueError(problem)
+    def validate_update(self, payload: tuple[Any, ...]) -> None:
+        """Reject a `decide` update synchronously when it cannot be applied.
 
-    def on_update(self, request: dict[str, Any]) -> Decision:
-        """Apply an accepted `decide` update."""
+        Raises:
+            ApplicationError: non-retryable, saying what to send (sending it again as it is
+                cannot succeed).
+        """
+        problem: str | None
+        if len(payload) != 1:
+            what = "no argument" if not payload else f"{len(payload)} arguments"
+            problem = f"expected one JSON object, got {what}"
+        else:
+            problem = self._problem(payload[0])
+            if problem is None and not isinstance(payload[0].get("approve"), bool):
+                problem = 'field "approve" must be true or false'
+        if problem is not None:
+            raise ApplicationError(
+                f"{problem}; send {DECIDE_EXAMPLE}", type="InvalidDecision", non_retryable=True
+            )
+
+    def on_update(self, payload: tuple[Any, ...]) -> Decision:
+        """Apply an accepted `decide` update (its validator has checked `payload`)."""
+        request = payload[0]
         return self._record(request, approved=bool(request["approve"]), via="update")
+
+    def on_unknown_signal(self, name: str, payload: Any) -> None:
+        """Refuse and record a signal no handler has (a misspelled `approve`, say)."""
+        self._refuse(name, payload, unknown_signal_problem(name))
 
     def _problem(self, body: Any) -> str | None:
         return decision_problem(body, self.pending, self.decisions)
@@ -181,6 +215,13 @@ class Approvals:
         return text
 
 
+def unknown_signal_problem(name: str) -> str:
+    """Why a signal named `name` is refused: no such signal, and the closest one."""
+    close = difflib.get_close_matches(name, SIGNALS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (signals: {', '.join(SIGNALS)})"
+    return f"unknown signal {name!r}{hint}"
+
+
 def decision_problem(body: Any, pending: Collection[str], decided: Collection[str]) -> str | None:
     """Why a decision payload must be refused, or `None` when it decides a waiting call.
 
@@ -189,7 +230,9 @@ def decision_problem(body: Any, pending: Collection[str], decided: Collection[st
     if not isinstance(body, dict):
         return f"expected a JSON object, got {_json_type(body)}"
     call_id = body.get("call_id")
-    if not isinstance(call_id, str) or not call_id:
+    if call_id is not None and not isinstance(call_id, str):
+        return f'"call_id" must be a string, got {_json_type(call_id)}'
+    if not call_id:
         return f'missing "call_id" (waiting: {", ".join(pending) or "none"})'
     if call_id in decided:
         return f"call {call_id!r} was already decided"
