@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.history.v1 import History
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -163,3 +164,5 @@ async def test_a_child_notice_pending_at_continue_as_new_reaches_the_model(
     history = await fetch_history(client, handle.id)
     assert history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
     assert not task_failures(history)
+    # The continued run recorded the spec again: a policy never comes from the run's input.
+    assert b"toren.agent_spec" in History(events=history.events).SerializeToString()

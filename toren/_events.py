@@ -87,11 +87,14 @@ class _Renderer:
         t = event.event_type
         if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             a = event.workflow_execution_started_event_attributes
-            run_input = _first(a.input) or {}
+            run_input = _first(a.input)
+            if not isinstance(run_input, dict):  # a wrong input: the run fails at once
+                run_input = {"input": run_input}
             self.emit(
                 event,
                 "RunStarted",
                 **_pick(run_input, "agent", "prompt", "arguments", "attachments"),
+                **({"input": run_input["input"]} if "input" in run_input else {}),
             )
         elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
             self._marker(event)
@@ -149,7 +152,8 @@ class _Renderer:
                 error=_failure_text(failed_child.failure),
             )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-            result = _first(event.workflow_execution_completed_event_attributes.result) or {}
+            result = _first(event.workflow_execution_completed_event_attributes.result)
+            result = result if isinstance(result, dict) else {"text": result}
             self.emit(
                 event,
                 "RunCompleted",

@@ -20,7 +20,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from toren._transcript import TranscriptRef
@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.errors import RunError
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background
+    from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
     from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls
 
@@ -76,13 +77,36 @@ class AgentRun:
     # -- the run --------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, input: RunInput) -> RunResult:
-        """Run the agent loop to a final answer, or fail with a `RunError` on a budget."""
+    async def run(self, raw: Any) -> RunResult:
+        """Run the agent loop to a final answer, or fail with a `RunError` on a budget.
+
+        `raw` is the decoded JSON the run was started with (checked here, not by the SDK,
+        so a wrong input fails the run instead of retrying its first task forever).
+        """
+        try:
+            return await self._execute(parse_run_input(raw))
+        except (ApplicationError, CancelledError):
+            raise  # deliberate: a RunError, a wrong input, or a cancellation
+        except Exception as err:
+            # A bug in toren's workflow code. As a workflow task failure it would retry forever
+            # and leave the run stuck; a failed run tells its caller and can be reset.
+            workflow.logger.exception("toren bug in AgentRun")
+            raise ApplicationError(
+                f"toren bug: {type(err).__name__}: {err} (the run cannot go on; please "
+                "report it with `toren events` of this run)",
+                type="TorenBug",
+                non_retryable=True,
+            ) from err
+
+    async def _execute(self, input: RunInput) -> RunResult:
         self._input = input
         if input.carry is not None:
             # Refusals recorded by signals handled before this first task are this run's too.
             input.carry.refused.extend(self._run.refused)
             self._run = input.carry
+            if workflow.patched("toren-spec-per-run"):
+                # Never trust a policy from input: record the spec again for this run.
+                self._run.spec = await self._load_spec(input.agent)
         else:
             self._run.spec = await self._load_spec(input.agent)
         self._transcript = TranscriptRef(self._run.messages)

@@ -24,6 +24,7 @@ __all__ = [
     "SIGNALS",
     "Approvals",
     "decision_problem",
+    "json_type",
     "unknown_signal_problem",
 ]
 
@@ -228,10 +229,10 @@ def decision_problem(body: Any, pending: Collection[str], decided: Collection[st
     Shared by the workflow and the event-log renderer, so both tell the same story.
     """
     if not isinstance(body, dict):
-        return f"expected a JSON object, got {_json_type(body)}"
+        return f"expected a JSON object, got {json_type(body)}"
     call_id = body.get("call_id")
     if call_id is not None and not isinstance(call_id, str):
-        return f'"call_id" must be a string, got {_json_type(call_id)}'
+        return f'"call_id" must be a string, got {json_type(call_id)}'
     if not call_id:
         return f'missing "call_id" (waiting: {", ".join(pending) or "none"})'
     if call_id in decided:
@@ -249,7 +250,8 @@ def _short_time(iso: str) -> str:
     return iso[:19].replace("T", " ") + (" UTC" if iso.endswith("+00:00") else "")
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """How a JSON value's type reads in an error message (`a string`, `null`, ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -260,6 +262,8 @@ def _json_type(value: Any) -> str:
         return "a string"
     if isinstance(value, list):
         return "an array"
+    if isinstance(value, dict):
+        return "an object"
     return type(value).__name__
 
 

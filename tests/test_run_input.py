@@ -1,0 +1,143 @@
+"""A run never hangs on bad input: the workflow checks its own input in its first task.
+
+Runs are started the way any SDK starts them (a plain client, the default converter, the
+workflow type by name), with inputs people get wrong. Each fails at once, non-retryably, with
+a message that names the key and the fix; none leaves a workflow task failing and retrying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from tests.conftest import fetch_history, task_failures
+from toren._events import render
+from toren.worker import serve
+from toren.workflows import _tool_calls
+
+
+async def start_raw(client: Client, queue: str, raw: Any) -> Any:
+    return await client.start_workflow(
+        "AgentRun", raw, id=f"raw-{uuid.uuid4().hex[:10]}", task_queue=queue
+    )
+
+
+async def failure_of(handle: Any) -> ApplicationError:
+    with pytest.raises(WorkflowFailureError) as err:
+        await asyncio.wait_for(handle.result(), timeout=30)
+    cause = err.value.cause
+    assert isinstance(cause, ApplicationError), cause
+    return cause
+
+
+def bad_inputs(agent: str) -> dict[str, tuple[Any, str]]:
+    return {
+        "a JSON string": (json.dumps({"agent": agent, "prompt": "hi"}), "expected a JSON object, got a string"),
+        "empty object": ({}, "missing key 'agent'; missing key 'prompt'"),
+        "no agent": ({"prompt": "hi"}, "missing key 'agent'"),
+        "promt": ({"agent": agent, "promt": "hi"}, "unknown key 'promt'; did you mean 'prompt'?"),
+        "prompt 5": ({"agent": agent, "prompt": 5}, "'prompt' must be a string, got a number"),
+        "arguments x": ({"agent": agent, "prompt": "p", "arguments": "x"}, "'arguments' must be a JSON object, got a string"),
+        "messages x": ({"agent": agent, "prompt": "p", "messages": "x"}, "'messages' must be a list of messages, got a string"),
+        "attachments abc": ({"agent": agent, "prompt": "p", "attachments": "abc"}, "'attachments' must be a list of attachment ids"),
+        "capitalised": ({"Agent": agent, "Prompt": "p"}, "unknown key 'Agent'; did you mean 'agent'?; unknown key 'Prompt'; did you mean 'prompt'?"),
+        "argumnets": ({"agent": agent, "prompt": "p", "argumnets": {}}, "unknown key 'argumnets'; did you mean 'arguments'?"),
+        "forged carry": ({"agent": agent, "prompt": "p", "carry": {"step": 1}}, "'carry' is set by toren when a run continues as new"),
+    }  # fmt: skip
+
+
+async def test_wrong_inputs_fail_at_once_naming_the_key(
+    client: Client, make_agent: Callable[..., Path], dev_server: Any
+) -> None:
+    folder = make_agent(script=["fine"])
+    plain = await Client.connect(dev_server.address)  # the default converter, as any SDK
+    async with serve(client, [folder]):
+        handles = {
+            label: (await start_raw(plain, folder.name, raw), expected)
+            for label, (raw, expected) in bad_inputs(folder.name).items()
+        }
+        for label, (handle, expected) in handles.items():
+            cause = await failure_of(handle)
+            assert cause.type == "InvalidRunInput" and cause.non_retryable, label
+            assert expected in cause.message, (label, cause.message)
+            assert '{"agent": "support", "prompt":' in cause.message, label
+            history = await fetch_history(client, handle.id)
+            assert not task_failures(history), label
+            kinds = [e["type"] for e in render(history)]
+            assert kinds[0] == "RunStarted" and kinds[-1] == "RunFailed", label
+        ok = await start_raw(plain, folder.name, {"agent": folder.name, "prompt": "hi"})
+        assert (await ok.result())["text"] == "fine"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+async def test_random_json_inputs_all_close(
+    client: Client, make_agent: Callable[..., Path], dev_server: Any
+) -> None:
+    folder = make_agent(script=["fine"])
+    plain = await Client.connect(dev_server.address)
+    agent = folder.name
+    examples: list[Any] = []
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        st.one_of(
+            json_values,
+            st.fixed_dictionaries(
+                {"agent": st.sampled_from([agent, "", "Nope", 5])},
+                optional={"prompt": json_values | st.text(max_size=8), "arguments": json_values,
+                          "messages": json_values, "attachments": json_values, "carry": json_values,
+                          "extra": json_values},
+            ),
+        )
+    )  # fmt: skip
+    def collect(value: Any) -> None:
+        examples.append(value)
+
+    collect()
+    async with serve(client, [folder]):
+        handles = [await start_raw(plain, agent, raw) for raw in examples]
+        for raw, handle in zip(examples, handles, strict=True):
+            try:
+                await asyncio.wait_for(handle.result(), timeout=30)
+            except WorkflowFailureError as err:
+                assert isinstance(
+                    err.value.cause if hasattr(err, "value") else err.cause, ApplicationError
+                )
+            history = await fetch_history(client, handle.id)
+            assert not task_failures(history), raw
+
+
+async def test_a_bug_in_workflow_code_fails_the_run_instead_of_retrying(
+    client: Client, make_agent: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(tool: str, args: dict[str, Any]) -> str:
+        raise KeyError("input_tokens")
+
+    # toren's modules are passed through Temporal's sandbox, so the patch reaches the workflow.
+    monkeypatch.setattr(_tool_calls, "_summary", broken)
+    folder = make_agent(
+        tools={"noop": "from toren import define_tool\ntool = define_tool(description='x', handler=lambda a, c: 'ok')\n"},
+        script=[{"tool_calls": [{"name": "noop", "args": {}}]}, "done"],
+    )  # fmt: skip
+    async with serve(client, [folder]):
+        handle = await start_raw(client, folder.name, {"agent": folder.name, "prompt": "go"})
+        cause = await failure_of(handle)
+    assert cause.type == "TorenBug" and cause.non_retryable
+    assert "KeyError: 'input_tokens'" in cause.message
+    assert not task_failures(await fetch_history(client, handle.id))
