@@ -14,10 +14,19 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EMPTY_DIGEST", "TranscriptCache", "TranscriptRef", "chain", "digest_of", "tool_message"]
+__all__ = [
+    "EMPTY_DIGEST",
+    "TranscriptCache",
+    "TranscriptRef",
+    "assemble",
+    "chain",
+    "digest_of",
+    "tool_message",
+]
 
 Message = dict[str, Any]
 
@@ -49,6 +58,14 @@ def tool_message(call_id: str, tool: str, content: str, is_error: bool) -> Messa
     }
 
 
+def _chain_key(run_key: str) -> str:
+    """The cache key of a run: its workflow id, shared by every run of a chain.
+
+    The digest tells a different chain under a reused id apart.
+    """
+    return run_key.rpartition("/")[0] or run_key
+
+
 @dataclass
 class _Entry:
     messages: list[Message] = field(default_factory=list)
@@ -67,13 +84,14 @@ class TranscriptCache:
         self.misses = 0
 
     def _entry(self, run_key: str) -> _Entry:
-        entry = self._runs.get(run_key)
+        key = _chain_key(run_key)
+        entry = self._runs.get(key)
         if entry is None:
-            entry = self._runs[run_key] = _Entry()
+            entry = self._runs[key] = _Entry()
             while len(self._runs) > self._max_runs:
                 self._runs.popitem(last=False)
         else:
-            self._runs.move_to_end(run_key)
+            self._runs.move_to_end(key)
         return entry
 
     def put_tool_result(self, run_key: str, call_id: str, message: Message) -> None:
@@ -86,7 +104,7 @@ class TranscriptCache:
     ) -> list[Message] | None:
         """The transcript's first `count` messages if this worker can rebuild them, else `None`."""
         with self._lock:
-            entry = self._runs.get(run_key)
+            entry = self._runs.get(_chain_key(run_key))
             if entry is None or len(entry.messages) < since:
                 self.misses += 1
                 return None
@@ -129,23 +147,34 @@ class TranscriptCache:
     def forget(self, run_key: str) -> None:
         """Drop a finished run's transcript."""
         with self._lock:
-            self._runs.pop(run_key, None)
+            self._runs.pop(_chain_key(run_key), None)
 
 
 class TranscriptRef:
     """The workflow's side: the transcript, its digest, and what `call_model` cannot know.
 
-    Wraps the run's own message list (it lives in the run's `RunState`) and appends to it.
+    Wraps the run's own message list (it lives in the run's `RunState`) and appends to it. A run
+    that continued as new holds only the messages since then; `prior` names the run before
+    (`{"run_id", "count", "digest"}`), whose `transcript_segment` query holds the rest.
     """
 
-    def __init__(self, messages: list[Message]) -> None:
+    def __init__(self, messages: list[Message], prior: dict[str, Any] | None = None) -> None:
         """Take over `messages`, which `call_model` can ask for (they are in the run's input)."""
         self.messages = messages
-        self.digest = digest_of(messages)
-        self.since = len(messages)
+        self.prior = prior
+        self.offset = int(prior["count"]) if prior else 0
+        self.digest = str(prior["digest"]) if prior else EMPTY_DIGEST
+        for message in messages:
+            self.digest = chain(self.digest, message)
+        self.since = self.count
         """Index of the first message not produced by an earlier `call_model` of this run."""
         self.tail: list[dict[str, Any]] = []
         """How `call_model` finds each message from `since` on (see `ModelCallInput.tail`)."""
+
+    @property
+    def count(self) -> int:
+        """Messages in the whole transcript, earlier runs of the chain included."""
+        return self.offset + len(self.messages)
 
     def append(self, message: Message, ref: dict[str, Any] | None) -> None:
         """Append `message`; `ref` tells `call_model` where to find it.
@@ -155,7 +184,7 @@ class TranscriptRef:
         self.messages.append(message)
         self.digest = chain(self.digest, message)
         if ref is None:
-            self.since = len(self.messages)
+            self.since = self.count
             self.tail = []
         else:
             self.tail.append(ref)
@@ -164,5 +193,30 @@ class TranscriptRef:
         """Append the model's reply: the worker that called the model keeps it."""
         self.messages.append(message)
         self.digest = chain(self.digest, message)
-        self.since = len(self.messages)
+        self.since = self.count
         self.tail = []
+
+    def reference(self, run_id: str) -> dict[str, Any]:
+        """The whole transcript by reference, for the next run of the chain."""
+        return {"run_id": run_id, "count": self.count, "digest": self.digest}
+
+
+async def assemble(
+    segment_of: Callable[[str | None], Awaitable[dict[str, Any]]],
+) -> list[Message]:
+    """The whole transcript of a chain of runs, from the newest run back.
+
+    `segment_of(run_id)` queries a run's `transcript_segment` (`None`: the run being served).
+    Each run holds its own messages and names the run before it; a run that closed (continued
+    as new) answers by replaying its history on a worker.
+    """
+    segments: list[list[Message]] = []
+    run_id: str | None = None
+    while True:
+        segment = await segment_of(run_id)
+        segments.append(list(segment.get("messages") or []))
+        prior = segment.get("prior")
+        if not prior:
+            break
+        run_id = str(prior["run_id"])
+    return [m for part in reversed(segments) for m in part]

@@ -110,16 +110,21 @@ class RunState:
     """Everything a run carries: the workflow owns one, continue-as-new passes it whole.
 
     A field added here travels across continue-as-new with nothing else to edit
-    (`tests/test_run_state.py` fills every field and checks that it arrives). What is not here
-    is derived again in the next run (the transcript digest) or cannot outlive a run
-    (pending approvals: a run continues as new only at a turn boundary, when none wait).
+    (`tests/test_run_state.py` fills every field and checks that it arrives); the transcript
+    travels by reference (`prior`). What is not here is derived again in the next run (the
+    transcript digest) or cannot outlive a run (pending approvals: a run continues as new only
+    at a turn boundary, when none wait).
     Field names are those of the `carry` in committed histories: renaming one breaks replay.
     """
 
     spec: AgentSpec | None = None
     """The agent's spec, recorded once at the start of the chain."""
     messages: list[Message] = field(default_factory=list)
-    """The transcript."""
+    """The transcript: all of it in the first run; in a continued run, the messages since."""
+    prior: dict[str, Any] | None = None
+    """The transcript before this run, by reference: `{"run_id", "count", "digest"}` of the
+    run it continued from (whose `transcript_segment` query holds the rest), so the carried
+    state does not grow with the conversation."""
     step: int = 0
     """Model turns taken, across the chain."""
     tool_calls: int = 0

@@ -35,6 +35,7 @@ from toren._types import (
 from toren.activities._loaded import LoadedAgent
 from toren.activities._tool_call import (
     missing_variables,
+    read_transcript,
     redact,
     run_tool_call,
     validation_text,
@@ -219,10 +220,7 @@ class AgentRuntime:
         return ModelCallResult(message=message, usage=reply.usage, model=reply.model)
 
     async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
-        workflow_id, _, run_id = run_key.rpartition("/")
-        handle = activity.client().get_workflow_handle(workflow_id, run_id=run_id or None)
-        messages: list[dict[str, Any]] = await handle.query("transcript", args=[0, count])
-        return messages
+        return (await read_transcript(run_key))[:count]
 
     # -- tools -----------------------------------------------------------------------------
 

@@ -25,10 +25,18 @@ from toren._limits import MAX_CHANGES_BYTES, cut_text
 from toren._schema import validate_args
 from toren._storage import result_limit
 from toren._tool import Tool
+from toren._transcript import assemble
 from toren._types import ToolCallInput, ToolCallResult
 from toren.activities._loaded import LoadedAgent
 
-__all__ = ["RunHooks", "missing_variables", "redact", "run_tool_call", "validation_text"]
+__all__ = [
+    "RunHooks",
+    "missing_variables",
+    "read_transcript",
+    "redact",
+    "run_tool_call",
+    "validation_text",
+]
 
 log = logging.getLogger("toren")
 
@@ -41,6 +49,22 @@ INVOKED_RESULT_CHARS = 2000
 def missing_variables(tool: Tool, environ: Mapping[str, str]) -> list[str]:
     """Required `variables` of `tool` that `environ` lacks."""
     return [v.name for v in tool.variables if v.required and not environ.get(v.name)]
+
+
+async def read_transcript(run_key: str) -> list[dict[str, Any]]:
+    """The whole transcript of the run `run_key` (`<workflow id>/<run id>`).
+
+    Asked of the run and of the runs it continued from.
+    """
+    workflow_id, _, run_id = run_key.rpartition("/")
+    client = activity.client()
+
+    async def segment_of(prior: str | None) -> dict[str, Any]:
+        handle = client.get_workflow_handle(workflow_id, run_id=prior or run_id or None)
+        segment: dict[str, Any] = await handle.query("transcript_segment")
+        return segment
+
+    return await assemble(segment_of)
 
 
 class RunHooks:
@@ -61,9 +85,8 @@ class RunHooks:
         return state
 
     async def read_messages(self) -> list[dict[str, Any]]:
-        """The conversation so far (query `transcript`)."""
-        messages: list[dict[str, Any]] = await self._handle().query("transcript")
-        return messages
+        """The conversation so far, across continue-as-new (queries `transcript_segment`)."""
+        return await read_transcript(self.run_key)
 
     async def invoke(self, ctx: ToolContext, name: str, args: Mapping[str, Any]) -> ToolResult:
         """Run tool `name` inside the calling tool's activity."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -109,7 +110,7 @@ class AgentRun:
                 self._run.spec = await self._load_spec(input.agent)
         else:
             self._run.spec = await self._load_spec(input.agent)
-        self._transcript = TranscriptRef(self._run.messages)
+        self._transcript = TranscriptRef(self._run.messages, self._run.prior)
         self._background = Background(self._run)
         self._calls = ToolCalls(self._run, input, self._approvals, self._background)
         if input.carry is None:
@@ -179,8 +180,13 @@ class AgentRun:
         workflow.logger.info(
             "continuing as new after %d steps (run %d)", self._run.step, self._run.runs
         )
-        self._run.runs += 1
-        workflow.continue_as_new(self._input.continued_with(self._run))
+        carried = dataclasses.replace(
+            self._run,
+            messages=[],
+            prior=self._transcript.reference(workflow.info().run_id),
+            runs=self._run.runs + 1,
+        )
+        workflow.continue_as_new(self._input.continued_with(carried))
 
     def _sync_status(self, final: str | None = None) -> None:
         self._status.sync(self._run.spec, len(self._approvals.pending), final)
@@ -238,7 +244,7 @@ class AgentRun:
                 ModelCallInput(
                     agent=spec.name,
                     run_key=f"{info.workflow_id}/{info.run_id}",
-                    count=len(transcript.messages),
+                    count=transcript.count,
                     digest=transcript.digest,
                     since=transcript.since,
                     tail=transcript.tail,
@@ -370,9 +376,17 @@ class AgentRun:
         """Every refused approval signal, with why."""
         return list(self._run.refused)
 
-    @workflow.query(description="The transcript from index `start` (used by toren.call_model).")
+    @workflow.query(
+        description="This run's part of the transcript and the run before it (toren.call_model "
+        "follows the chain)."
+    )
+    def transcript_segment(self) -> dict[str, Any]:
+        """`{"prior": {"run_id", "count", "digest"} | None, "messages": [...]}`."""
+        return {"prior": self._run.prior, "messages": self._run.messages}
+
+    @workflow.query(description="The messages this run holds, from index `start`.")
     def transcript(self, start: int = 0, end: int | None = None) -> list[Message]:
-        """The conversation so far, or a slice of it."""
+        """This run's messages (a continued run holds those since it continued)."""
         return self._run.messages[start:end]
 
     @workflow.query(description="The run's key-value state (ctx.get_value / ctx.set_value).")
