@@ -24,9 +24,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
+from toren._http import retry_after
 from toren._tool import Tool, ToolContext, Variable, define_tool
 from toren.errors import WebSearchError
-from toren.models._openai import retry_after
 
 if TYPE_CHECKING:
     from toren._config import AgentConfig
