@@ -220,6 +220,16 @@ async def test_5xx_is_retryable(tavily: Any, status: int) -> None:
     assert err.value.message == f"Tavily returned HTTP {status}: <html>upstream exploded</html>"
 
 
+@pytest.mark.parametrize("status", [408, 409])
+async def test_408_and_409_are_retryable_as_for_the_models(tavily: Any, status: int) -> None:
+    # One classification in toren._http: what a model call retries, a search retries too.
+    tavily(reply(status, {"detail": {"error": "try again"}}))
+    with pytest.raises(ApplicationError) as err:
+        await TOOL.invoke({"query": "x"}, ctx())
+    assert err.value.non_retryable is False
+    assert err.value.message == f"Tavily returned HTTP {status}: try again"
+
+
 async def test_network_failure_is_retryable(tavily: Any) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
-
-from toren.models._base import Message, ModelHTTPError, ModelReply, ModelRequest
-from toren.models._openai import post_json
+from toren.models._base import Message, ModelReply, ModelRequest
+from toren.models._http_model import HTTPModel
 
 __all__ = ["AnthropicModel"]
 
@@ -22,98 +20,88 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 
 
-class AnthropicModel:
+class AnthropicModel(HTTPModel):
     """A model behind the Anthropic Messages API.
 
-    Args:
-        api_key: Sent as `x-api-key`.
-        base_url: The API root without `/v1`, `https://api.anthropic.com` by default (the same
-            convention as `ANTHROPIC_BASE_URL` in Anthropic's SDK).
-        transport: An httpx transport to use instead of the network (tests pass a
-            `httpx.MockTransport`).
-        timeout: Seconds allowed for each of connecting, writing, reading and pool waits.
+    `api_key` is sent as `x-api-key`. `base_url` is the API root without `/v1`,
+    `https://api.anthropic.com` by default (the same convention as `ANTHROPIC_BASE_URL` in
+    Anthropic's SDK). The other arguments are `HTTPModel`'s.
     """
 
-    def __init__(
-        self,
-        api_key: str,
-        base_url: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        timeout: float = 120.0,
-    ) -> None:
-        self.api_key = api_key
-        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.transport = transport
-        self.timeout = timeout
-        self.label = (
-            "Anthropic"
-            if self.base_url == DEFAULT_BASE_URL
-            else f"Anthropic-compatible server {self.base_url}"
-        )
+    vendor = "Anthropic"
+    default_base_url = DEFAULT_BASE_URL
+    path = "/v1/messages"
+    reply_kind = "message"
 
-    def __repr__(self) -> str:
-        # Where it points, and never the key.
-        return f"AnthropicModel(base_url={self.base_url!r})"
-
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        """Send one Messages request and parse the reply.
-
-        Args:
-            request: The model call in toren's neutral format.
-
-        Returns:
-            The assistant's text, tool calls and token usage.
-
-        Raises:
-            ModelHTTPError: The server answered with an error status, could not be reached, or
-                sent a reply that is not a message.
-            ValueError: The transcript holds a role toren's format does not define.
-        """
-        headers = {
+    def headers(self) -> dict[str, str]:
+        """`Accept`, the key and the API version."""
+        return {
             "Accept": "application/json",
             "x-api-key": self.api_key,
             "anthropic-version": API_VERSION,
         }
-        data = await post_json(
-            self.label,
-            f"{self.base_url}/v1/messages",
-            request_body(request),
-            headers,
-            secret=self.api_key,
-            transport=self.transport,
-            timeout=self.timeout,
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API JSON body for `request`.
+
+        Raises:
+            ValueError: A message has a role other than user, assistant or tool.
+        """
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": _messages(request.messages),
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {
+                    "name": tool["name"],
+                    "description": tool.get("description", ""),
+                    "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
+                }
+                for tool in request.tools
+            ]
+        return body
+
+    def parse_reply(self, data: Any, model: str) -> ModelReply:
+        """Turn a Messages API response body into a `ModelReply`.
+
+        Raises:
+            ValueError: The body has no `content` list (also KeyError, TypeError and friends for
+                other shapes that are not a message).
+        """
+        if not isinstance(data, dict):
+            raise ValueError("the body is not a JSON object")
+        blocks = data.get("content")
+        if not isinstance(blocks, list):
+            raise ValueError(f"no content list; got keys {sorted(data)}")
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(str(block.get("text", "")))
+            elif kind == "tool_use":
+                calls.append(
+                    {
+                        "id": block["id"],
+                        "name": block["name"],
+                        "arguments": json.dumps(block.get("input") or {}),
+                    }
+                )
+            # Other blocks (thinking, server tools) are not part of toren's transcript.
+        usage = data.get("usage") or {}
+        return ModelReply(
+            content="".join(texts),
+            tool_calls=calls,
+            usage={
+                "input_tokens": int(usage.get("input_tokens") or 0),
+                "output_tokens": int(usage.get("output_tokens") or 0),
+            },
+            model=str(data.get("model") or model),
         )
-        try:
-            return parse_reply(data, request.model)
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-            raise ModelHTTPError(
-                f"{self.label} sent a reply that is not a message ({exc!r})"
-            ) from None
-
-
-def request_body(request: ModelRequest) -> dict[str, Any]:
-    """The Messages API JSON body for `request`.
-
-    Raises:
-        ValueError: A message has a role other than user, assistant or tool.
-    """
-    body: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": _messages(request.messages),
-    }
-    if request.system:
-        body["system"] = request.system
-    if request.tools:
-        body["tools"] = [
-            {
-                "name": tool["name"],
-                "description": tool.get("description", ""),
-                "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
-            }
-            for tool in request.tools
-        ]
-    return body
 
 
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -192,42 +180,3 @@ def _arguments(arguments: Any) -> dict[str, Any]:
 def _text(value: Any) -> str:
     # Tool results are strings in toren's format; stringify anything else rather than fail.
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def parse_reply(data: Any, model: str) -> ModelReply:
-    """Turn a Messages API response body into a `ModelReply`.
-
-    Raises:
-        ValueError: The body has no `content` list (also KeyError, TypeError and friends for
-            other shapes that are not a message).
-    """
-    if not isinstance(data, dict):
-        raise ValueError("the body is not a JSON object")
-    blocks = data.get("content")
-    if not isinstance(blocks, list):
-        raise ValueError(f"no content list; got keys {sorted(data)}")
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for block in blocks:
-        kind = block.get("type")
-        if kind == "text":
-            texts.append(str(block.get("text", "")))
-        elif kind == "tool_use":
-            calls.append(
-                {
-                    "id": block["id"],
-                    "name": block["name"],
-                    "arguments": json.dumps(block.get("input") or {}),
-                }
-            )
-        # Other blocks (thinking, server tools) are not part of toren's transcript.
-    usage = data.get("usage") or {}
-    return ModelReply(
-        content="".join(texts),
-        tool_calls=calls,
-        usage={
-            "input_tokens": int(usage.get("input_tokens") or 0),
-            "output_tokens": int(usage.get("output_tokens") or 0),
-        },
-        model=str(data.get("model") or model),
-    )

@@ -9,9 +9,11 @@ builtin_tools: [web_search]   # the worker then requires TAVILY_API_KEY; an opti
 The model calls `web_search {"query": "temporal durable execution", "max_results": 3}` and
 gets `{"answer": "...", "results": [{"title": ..., "url": ..., "snippet": ...}]}`.
 
-Rate limits (429) and server errors (5xx) raise a retryable `ApplicationError`, so Temporal
-retries the activity (honouring `Retry-After`) up to the tool's `max_attempts`; every other
-failure is an error result the model reads. The API key never appears in an error.
+The call goes through `toren._http`, the layer the model providers use too. What it classes
+as retryable (429, 408, 409, 5xx, a connection error or timeout) raises a retryable
+`ApplicationError`, so Temporal retries the activity (honouring `Retry-After`) up to the tool's
+`max_attempts`; every other failure is an error result the model reads, naming the status. The
+API key never appears in an error.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
+from toren._http import HTTPFailure, post_json
 from toren._tool import Tool, ToolContext, Variable, define_tool
 from toren.errors import WebSearchError
-from toren.models._openai import retry_after
 
 if TYPE_CHECKING:
     from toren._config import AgentConfig
@@ -74,9 +76,11 @@ async def search(args: WebSearchInput, ctx: ToolContext) -> dict[str, Any]:
         `{"answer": str | None, "results": [{"title", "url", "snippet"}]}`.
 
     Raises:
-        ApplicationError: Tavily rate-limited us (429), failed (5xx) or could not be reached;
-            retryable, with `next_retry_delay` from `Retry-After` when it sent one.
-        WebSearchError: Any other non-2xx status, or a 2xx body that is not a search result.
+        ApplicationError: Tavily rate-limited us (429), timed out (408), failed (5xx) or could
+            not be reached; retryable, with `next_retry_delay` from `Retry-After` when it sent
+            one.
+        WebSearchError: Any other non-2xx status, a bad `TAVILY_BASE_URL`, or a 2xx body that
+            is not a search result.
     """
     key = ctx.env.get("TAVILY_API_KEY", "")
     if not key:
@@ -85,53 +89,47 @@ async def search(args: WebSearchInput, ctx: ToolContext) -> dict[str, Any]:
             "(get a key at https://app.tavily.com)"
         )
     base_url = (ctx.env.get("TAVILY_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-    url = f"{base_url}/search"
     body = {"query": args.query, "max_results": args.max_results, "include_answer": True}
     headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
     try:
-        # A client per call: no connection pool outlives the activity's event loop.
-        async with httpx.AsyncClient(transport=_transport, timeout=HTTP_TIMEOUT) as client:
-            response = await client.post(url, json=body, headers=headers)
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        # A bad base URL never starts working, so this is not worth a retry.
-        raise WebSearchError(
-            _scrub(f"cannot call {url!r}: {exc}; check TAVILY_BASE_URL", key)
-        ) from None
-    except httpx.HTTPError as exc:
-        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
-        raise ApplicationError(
-            _scrub(f"Tavily {kind}: {type(exc).__name__}: {exc}", key),
+        data = await post_json(
+            "Tavily",
+            f"{base_url}/search",
+            body,
+            headers,
+            secret=key,
+            transport=_transport,
+            timeout=HTTP_TIMEOUT,
+            detail=_detail,
+        )
+    except HTTPFailure as failure:
+        raise _outcome(failure) from None
+    return _parse(data)
+
+
+def _outcome(failure: HTTPFailure) -> Exception:
+    """What a failed call becomes: a retry by Temporal, or an error result the model reads."""
+    # A 2xx that is not JSON is reported, not retried: it is most often TAVILY_BASE_URL
+    # pointing at something that is not Tavily (an HTML page), which no retry fixes.
+    if failure.retryable and failure.reason != "not_json":
+        delay = failure.retry_after
+        return ApplicationError(
+            str(failure),
             type="UpstreamRetryable",
             non_retryable=False,
-        ) from None
-
-    status = response.status_code
-    if not response.is_success:
-        message = f"Tavily returned HTTP {status}: {_scrub(_detail(response), key)}"
-        if status == 429 or status >= 500:
-            delay = retry_after(response.headers)
-            raise ApplicationError(
-                message,
-                type="UpstreamRetryable",
-                non_retryable=False,
-                next_retry_delay=(
-                    timedelta(seconds=min(delay, MAX_RETRY_DELAY)) if delay is not None else None
-                ),
-            )
-        if status in (401, 403):
-            message += "; check that TAVILY_API_KEY is a valid Tavily key"
-        raise WebSearchError(message)
-    return _parse(response, key)
+            next_retry_delay=(
+                timedelta(seconds=min(delay, MAX_RETRY_DELAY)) if delay is not None else None
+            ),
+        )
+    message = str(failure)
+    if failure.reason == "url":
+        message += "; check TAVILY_BASE_URL"
+    elif failure.status in (401, 403):
+        message += "; check that TAVILY_API_KEY is a valid Tavily key"
+    return WebSearchError(message)
 
 
-def _parse(response: httpx.Response, key: str) -> dict[str, Any]:
-    try:
-        data = response.json()
-    except ValueError:
-        snippet = _scrub(response.text[:200], key)
-        raise WebSearchError(
-            f"Tavily returned HTTP {response.status_code} with a body that is not JSON: {snippet!r}"
-        ) from None
+def _parse(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("results"), list):
         shape = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise WebSearchError(f"Tavily returned JSON without a 'results' list (got {shape})")
@@ -150,28 +148,20 @@ def _parse(response: httpx.Response, key: str) -> dict[str, Any]:
     return {"answer": answer if isinstance(answer, str) else None, "results": results}
 
 
-def _detail(response: httpx.Response) -> str:
+def _detail(data: Any) -> str | None:
     # Tavily errors look like {"detail": {"error": "..."}}; FastAPI-style {"detail": "..."}
-    # and plain text bodies happen in front of proxies.
-    try:
-        data: Any = response.json()
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        detail = data.get("detail")
-        if isinstance(detail, dict) and detail.get("error"):
-            return str(detail["error"])[:300]
-        if isinstance(detail, str) and detail:
-            return detail[:300]
-        if data.get("error"):
-            return str(data["error"])[:300]
-        return json.dumps(data)[:300]
-    return response.text[:300].strip() or response.reason_phrase or "(empty body)"
-
-
-def _scrub(text: str, key: str) -> str:
-    # Error text lands in Temporal's history and in logs; the key must never get there.
-    return text.replace(key, "[redacted]") if key else text
+    # happens in front of proxies. Any other object is quoted whole; non-objects (and plain
+    # text bodies) are left to `post_json`, which quotes the body's text.
+    if not isinstance(data, dict):
+        return None
+    detail = data.get("detail")
+    if isinstance(detail, dict) and detail.get("error"):
+        return str(detail["error"])[:300]
+    if isinstance(detail, str) and detail:
+        return detail[:300]
+    if data.get("error"):
+        return str(data["error"])[:300]
+    return json.dumps(data)[:300]
 
 
 def tools(config: AgentConfig, name: str) -> list[Tool]:
