@@ -67,6 +67,81 @@ def test_bad_values_name_the_key(tmp_path: Path, yaml_text: str, message: str) -
     assert "agent.yaml" in str(err.value)
 
 
+def test_one_error_lists_every_stage(tmp_path: Path) -> None:
+    # A type error, a bad model and a broken tool used to take three rounds of fixes.
+    write(
+        tmp_path,
+        "name: shop\nmodel: gpt-4\nlimits:\n  maxStepsPerTask: many\nbuiltin_tools: [web_serch]\n",
+        {"broken.py": "import not_a_module_anywhere\n", "echo.py": TOOL},
+    )
+    (tmp_path / "instructions.md").unlink()
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    yaml_file = tmp_path / "agent.yaml"
+    assert err.value.problems == [
+        f"{yaml_file}: model: 'gpt-4' must be openai/<model>, anthropic/<model> or mock/<name>",
+        f"{yaml_file}: limits.maxStepsPerTask: must be a valid integer, unable to parse string "
+        "as an integer, got 'many'",
+        f"{yaml_file}: instructions: file 'instructions.md' not found",
+        f"{tmp_path / 'tools' / 'broken.py'}: failed to import: ModuleNotFoundError: No module "
+        "named 'not_a_module_anywhere'",
+        f"{yaml_file}: builtin_tools: unknown built-in 'web_serch'; did you mean 'web_search'?",
+    ]
+
+
+def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        name: shop
+        model: mock/echo
+        buitin_tools: []
+        limits: {maxStepPerTask: 3}
+        env: {requried: [A]}
+        sandbox: {netwrk: true}
+        processes: {p: {workflow: W, taskqueue: q}}
+        colour: blue
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    yaml_file = tmp_path / "agent.yaml"
+    assert sorted(err.value.problems) == sorted(
+        [
+            f"{yaml_file}: unknown key 'buitin_tools'; did you mean 'builtin_tools'?",
+            f"{yaml_file}: unknown key 'limits.maxStepPerTask'; did you mean 'maxStepsPerTask'?",
+            f"{yaml_file}: unknown key 'env.requried'; did you mean 'required'?",
+            f"{yaml_file}: unknown key 'sandbox.netwrk'; did you mean 'network'?",
+            f"{yaml_file}: unknown key 'processes.p.taskqueue'; did you mean 'task_queue'?",
+            f"{yaml_file}: unknown key 'colour' (known: builtin_tools, description, env, "
+            "instructions, limits, maxTokens, model, name, processes, sandbox, task_queue)",
+        ]
+    )
+
+
+def test_a_key_that_fails_adds_no_made_up_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `env` fails, so the sandbox's names are not compared with it; `processes` fails, so
+    # run_process is not told it has none. The tools are still checked.
+    monkeypatch.setenv("TOREN_SANDBOX_UNCONFINED", "shop")  # with or without bwrap here
+    write(
+        tmp_path,
+        "name: shop\nmodel: mock/echo\nenv: {required: [1X]}\n"
+        "sandbox: {env: [TOKEN], unconfined: true}\n"
+        "builtin_tools: [run_process]\nprocesses: {p: {}}\n",
+        {"nothing.py": "X = 1\n"},
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    yaml_file = tmp_path / "agent.yaml"
+    assert err.value.problems == [
+        f"{yaml_file}: env.required: '1X' is not a valid variable name",
+        f"{yaml_file}: processes.p: give exactly one of agent: or workflow:",
+        f"{tmp_path / 'tools' / 'nothing.py'}: defines no tool (assign `tool = define_tool(...)`)",
+    ]
+
+
 def test_tool_discovery_lists_every_problem(tmp_path: Path) -> None:
     dup = 'from toren import define_tool\ntool = define_tool(name="echo", description="x", handler=lambda a, c: "")\n'
     two = (
