@@ -11,6 +11,7 @@ import pytest
 
 from toren import ConfigError, MissingEnvError, load_agent
 from toren.activities._runtime import AgentRuntime
+from toren.models import ScriptedModel
 
 TOOL = """
 from toren import define_tool
@@ -140,6 +141,29 @@ def test_a_key_that_fails_adds_no_made_up_problems(
         f"{yaml_file}: processes.p: give exactly one of agent: or workflow:",
         f"{tmp_path / 'tools' / 'nothing.py'}: defines no tool (assign `tool = define_tool(...)`)",
     ]
+
+
+def test_a_bad_mock_script_names_the_step_and_key(tmp_path: Path) -> None:
+    write(tmp_path, "name: shop\nmodel: mock/scripted\n")
+    script = tmp_path / "mock_script.yaml"
+    script.write_text(
+        "- tool_calls: [{nmae: lookup, args: {id: 1}}]\n- 42\n- {text: ok, tools: []}\n- done\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        AgentRuntime.load([tmp_path], environ={})
+    assert err.value.problems == [
+        f"{script}: step 1: missing key 'tool_calls[0].name'",
+        f"{script}: step 1: unknown key 'tool_calls[0].nmae'; did you mean 'name'?",
+        f"{script}: step 2: must be the answer's text or a mapping of text: and tool_calls:, "
+        "got 42",
+        f"{script}: step 3: unknown key 'tools'; did you mean 'tool_calls'?",
+    ]
+    script.write_text("text: not a list\n")
+    with pytest.raises(ConfigError, match="must be a YAML list of steps, got dict"):
+        ScriptedModel.from_file(script)
+    script.write_text("- [unclosed\n")
+    with pytest.raises(ConfigError, match="mock_script.yaml: not valid YAML"):
+        ScriptedModel.from_file(script)
 
 
 def test_tool_discovery_lists_every_problem(tmp_path: Path) -> None:
