@@ -166,6 +166,15 @@ def test_a_bad_mock_script_names_the_step_and_key(tmp_path: Path) -> None:
         ScriptedModel.from_file(script)
 
 
+def test_a_bad_model_timeout_setting_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "name: shop\nmodel: openai/gpt-4o-mini\n")
+    monkeypatch.setenv("TOREN_MODEL_TIMEOUT_S", "2m")
+    with pytest.raises(ConfigError, match="TOREN_MODEL_TIMEOUT_S='2m': must be a positive number"):
+        AgentRuntime.load([tmp_path], environ={"OPENAI_API_KEY": "k"})
+
+
 def test_tool_discovery_lists_every_problem(tmp_path: Path) -> None:
     dup = 'from toren import define_tool\ntool = define_tool(name="echo", description="x", handler=lambda a, c: "")\n'
     two = (
