@@ -90,6 +90,20 @@ def test_one_error_lists_every_stage(tmp_path: Path) -> None:
     ]
 
 
+def test_unreadable_yaml_still_checks_the_tools(tmp_path: Path) -> None:
+    write(tmp_path, "name: [shop\n", {"nothing.py": "X = 1\n"})
+    # While agent.yaml is unreadable the instructions' file name is unknown: not reported.
+    (tmp_path / "instructions.md").unlink()
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    first, second = err.value.problems
+    assert first.startswith(f"{tmp_path / 'agent.yaml'}: not valid YAML: ")
+    assert (
+        second
+        == f"{tmp_path / 'tools' / 'nothing.py'}: defines no tool (assign `tool = define_tool(...)`)"
+    )
+
+
 def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None:
     write(
         tmp_path,

@@ -245,7 +245,8 @@ class ConfigRead(NamedTuple):
     problems: list[str]
     """Every problem in the file, each naming it and the key path."""
     failed: set[str]
-    """Top-level keys that failed (so their fallbacks need no further checks)."""
+    """Top-level keys that failed, every one when the file is no mapping of keys; their
+    fallbacks need no further checks."""
 
 
 def read_config(path: Path) -> ConfigRead:
@@ -254,13 +255,14 @@ def read_config(path: Path) -> ConfigRead:
     When some keys fail, `config` is rebuilt from the keys that did validate, so the loader can
     go on checking the rest of the folder against it in the same pass.
     """
+    unread = set(AgentConfig.model_fields)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        return ConfigRead(_stand_in(), [f"{path}: not valid YAML: {err}"], set(_STAND_INS))
+        return ConfigRead(_stand_in(), [f"{path}: not valid YAML: {err}"], unread)
     if not isinstance(raw, dict):
         problem = f"{path}: must be a mapping of keys (name, model, ...)"
-        return ConfigRead(_stand_in(), [problem], set(_STAND_INS))
+        return ConfigRead(_stand_in(), [problem], unread)
     try:
         return ConfigRead(AgentConfig.model_validate(raw), [], set())
     except ValidationError as err:

@@ -130,7 +130,10 @@ def _key_path(loc: Sequence[int | str]) -> str:
     """`("limits", "maxStepsPerTask")` → `limits.maxStepsPerTask`; list indexes as `[0]`."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else part
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
     return path
 
 
