@@ -11,6 +11,7 @@ import pytest
 
 from toren import ConfigError, MissingEnvError, load_agent
 from toren.activities._runtime import AgentRuntime
+from toren.models import ScriptedModel
 
 TOOL = """
 from toren import define_tool
@@ -65,6 +66,127 @@ def test_bad_values_name_the_key(tmp_path: Path, yaml_text: str, message: str) -
         load_agent(tmp_path)
     assert message in str(err.value)
     assert "agent.yaml" in str(err.value)
+
+
+def test_one_error_lists_every_stage(tmp_path: Path) -> None:
+    # A type error, a bad model and a broken tool used to take three rounds of fixes.
+    write(
+        tmp_path,
+        "name: shop\nmodel: gpt-4\nlimits:\n  maxStepsPerTask: many\nbuiltin_tools: [web_serch]\n",
+        {"broken.py": "import not_a_module_anywhere\n", "echo.py": TOOL},
+    )
+    (tmp_path / "instructions.md").unlink()
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    yaml_file = tmp_path / "agent.yaml"
+    assert err.value.problems == [
+        f"{yaml_file}: model: 'gpt-4' must be openai/<model>, anthropic/<model> or mock/<name>",
+        f"{yaml_file}: limits.maxStepsPerTask: must be a valid integer, unable to parse string "
+        "as an integer, got 'many'",
+        f"{yaml_file}: instructions: file 'instructions.md' not found",
+        f"{tmp_path / 'tools' / 'broken.py'}: failed to import: ModuleNotFoundError: No module "
+        "named 'not_a_module_anywhere'",
+        f"{yaml_file}: builtin_tools: unknown built-in 'web_serch'; did you mean 'web_search'?",
+    ]
+
+
+def test_unreadable_yaml_still_checks_the_tools(tmp_path: Path) -> None:
+    write(tmp_path, "name: [shop\n", {"nothing.py": "X = 1\n"})
+    # While agent.yaml is unreadable the instructions' file name is unknown: not reported.
+    (tmp_path / "instructions.md").unlink()
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    first, second = err.value.problems
+    assert first.startswith(f"{tmp_path / 'agent.yaml'}: not valid YAML: ")
+    assert (
+        second
+        == f"{tmp_path / 'tools' / 'nothing.py'}: defines no tool (assign `tool = define_tool(...)`)"
+    )
+
+
+def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        name: shop
+        model: mock/echo
+        buitin_tools: []
+        limits: {maxStepPerTask: 3}
+        env: {requried: [A]}
+        sandbox: {netwrk: true}
+        processes: {p: {workflow: W, taskqueue: q}}
+        colour: blue
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    yaml_file = tmp_path / "agent.yaml"
+    assert sorted(err.value.problems) == sorted(
+        [
+            f"{yaml_file}: unknown key 'buitin_tools'; did you mean 'builtin_tools'?",
+            f"{yaml_file}: unknown key 'limits.maxStepPerTask'; did you mean 'maxStepsPerTask'?",
+            f"{yaml_file}: unknown key 'env.requried'; did you mean 'required'?",
+            f"{yaml_file}: unknown key 'sandbox.netwrk'; did you mean 'network'?",
+            f"{yaml_file}: unknown key 'processes.p.taskqueue'; did you mean 'task_queue'?",
+            f"{yaml_file}: unknown key 'colour' (known: builtin_tools, description, env, "
+            "instructions, limits, maxTokens, model, name, processes, sandbox, task_queue)",
+        ]
+    )
+
+
+def test_a_key_that_fails_adds_no_made_up_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `env` fails, so the sandbox's names are not compared with it; `processes` fails, so
+    # run_process is not told it has none. The tools are still checked.
+    monkeypatch.setenv("TOREN_SANDBOX_UNCONFINED", "shop")  # with or without bwrap here
+    write(
+        tmp_path,
+        "name: shop\nmodel: mock/echo\nenv: {required: [1X]}\n"
+        "sandbox: {env: [TOKEN], unconfined: true}\n"
+        "builtin_tools: [run_process]\nprocesses: {p: {}}\n",
+        {"nothing.py": "X = 1\n"},
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    yaml_file = tmp_path / "agent.yaml"
+    assert err.value.problems == [
+        f"{yaml_file}: env.required: '1X' is not a valid variable name",
+        f"{yaml_file}: processes.p: give exactly one of agent: or workflow:",
+        f"{tmp_path / 'tools' / 'nothing.py'}: defines no tool (assign `tool = define_tool(...)`)",
+    ]
+
+
+def test_a_bad_mock_script_names_the_step_and_key(tmp_path: Path) -> None:
+    write(tmp_path, "name: shop\nmodel: mock/scripted\n")
+    script = tmp_path / "mock_script.yaml"
+    script.write_text(
+        "- tool_calls: [{nmae: lookup, args: {id: 1}}]\n- 42\n- {text: ok, tools: []}\n- done\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        AgentRuntime.load([tmp_path], environ={})
+    assert err.value.problems == [
+        f"{script}: step 1: missing key 'tool_calls[0].name'",
+        f"{script}: step 1: unknown key 'tool_calls[0].nmae'; did you mean 'name'?",
+        f"{script}: step 2: must be the answer's text or a mapping of text: and tool_calls:, "
+        "got 42",
+        f"{script}: step 3: unknown key 'tools'; did you mean 'tool_calls'?",
+    ]
+    script.write_text("text: not a list\n")
+    with pytest.raises(ConfigError, match="must be a YAML list of steps, got dict"):
+        ScriptedModel.from_file(script)
+    script.write_text("- [unclosed\n")
+    with pytest.raises(ConfigError, match="mock_script.yaml: not valid YAML"):
+        ScriptedModel.from_file(script)
+
+
+def test_a_bad_model_timeout_setting_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, "name: shop\nmodel: openai/gpt-4o-mini\n")
+    monkeypatch.setenv("TOREN_MODEL_TIMEOUT_S", "2m")
+    with pytest.raises(ConfigError, match="TOREN_MODEL_TIMEOUT_S='2m': must be a positive number"):
+        AgentRuntime.load([tmp_path], environ={"OPENAI_API_KEY": "k"})
 
 
 def test_tool_discovery_lists_every_problem(tmp_path: Path) -> None:

@@ -13,15 +13,9 @@ import pytest
 from pydantic import ValidationError
 
 from toren import _attachments as attachments
-from toren._attachments import (
-    MAX_BYTES,
-    PAGE_CHARS,
-    AttachmentError,
-    AttachmentStore,
-    attach,
-    split_pages,
-)
+from toren._attachments import MAX_BYTES, AttachmentError, AttachmentStore, attach
 from toren._config import AgentConfig
+from toren._parsers import PAGE_CHARS, split_pages
 from toren._tool import Tool, ToolContext
 from toren.tools import _read_attachment as read_attachment
 
@@ -259,13 +253,13 @@ def test_same_content_same_id_parsed_once(
 
     data = make_docx()
     calls: list[str] = []
-    real = attachments._extract
+    real = attachments.extract_text
 
     def counting(data: bytes, name: str, mime: str) -> str:
         calls.append(name)
         return real(data, name, mime)
 
-    monkeypatch.setattr(attachments, "_extract", counting)
+    monkeypatch.setattr(attachments, "extract_text", counting)
     first = store.attach(data, name="a.docx")
     (tmp_path / "copy.docx").write_bytes(data)
     second = attach(tmp_path / "copy.docx", store=store)

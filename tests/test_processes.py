@@ -106,20 +106,28 @@ async def test_background_run_is_started_polled_and_reported(
 
 
 def test_processes_config_errors(tmp_path: Path, make_agent: Callable[..., Path]) -> None:
+    # Each entry is checked with the rest of agent.yaml, when the folder loads.
     folder = make_agent(
         builtin_tools=["run_process"],
         processes={
-            "a": {"agent": "../missing"},
             "b": {"workflow": "X", "agent": "y"},
             "c": {"wat": 1},
+            "d": {"agnet": "../x"},
         },
     )
     with pytest.raises(ConfigError) as err:
-        AgentRuntime.load([load_agent(folder)], environ={})
+        load_agent(folder)
     text = str(err.value)
-    assert "processes.a" in text and "no agent.yaml" in text
-    assert "processes.b: give exactly one of agent: or workflow:" in text
-    assert "processes.c: unknown key(s) ['wat']" in text
+    assert "agent.yaml: processes.b: give exactly one of agent: or workflow:" in text
+    assert "agent.yaml: unknown key 'processes.c.wat' (known: agent, description" in text
+    assert "agent.yaml: processes.c: give exactly one of agent: or workflow:" in text
+    assert "agent.yaml: unknown key 'processes.d.agnet'; did you mean 'agent'?" in text
+    # A child agent folder is loaded when the worker starts.
+    broken = make_agent(name="broken_child", processes={"a": {"agent": "../missing"}})
+    with pytest.raises(ConfigError) as err:
+        AgentRuntime.load([load_agent(broken)], environ={})
+    assert "agent.yaml: processes.a.agent: " in str(err.value)
+    assert "no agent.yaml" in str(err.value)
     bare = make_agent(name="bare_agent", builtin_tools=["run_process"])
-    with pytest.raises(ConfigError, match="run_process needs `processes:`"):
+    with pytest.raises(ConfigError, match="processes: none declared, and run_process needs"):
         load_agent(bare)

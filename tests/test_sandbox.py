@@ -21,9 +21,9 @@ from pydantic import ValidationError
 
 import toren.tools._sandbox as sandbox
 from toren import ConfigError, ToolContext, load_agent
-from toren._config import AgentConfig
+from toren._config import AgentConfig, SandboxConfig
 from toren._tool import Tool
-from toren.tools._sandbox import SandboxError, parse_options
+from toren.tools._sandbox import SandboxError
 from toren.tools._sandbox._files import _open_file, workspace_dir, workspace_name
 
 needs_bwrap = pytest.mark.skipif(
@@ -84,39 +84,55 @@ async def bash(box: dict[str, Tool], command: str, **kw: Any) -> dict[str, Any]:
 # --- the sandbox block --------------------------------------------------------------------
 
 
-def test_true_means_the_defaults() -> None:
-    options = parse_options(config(True))
+def test_true_means_the_defaults_and_false_none() -> None:
+    options = config(True).sandbox
+    assert isinstance(options, SandboxConfig)
     assert (options.network, options.approval, options.env, options.unconfined) == (
         False,
         "always",
-        (),
+        [],
         False,
     )
+    assert config(False).sandbox is None
 
 
-def test_unknown_and_bad_keys_are_named() -> None:
+def test_unknown_and_bad_keys_are_named(make_agent: Callable[..., Path]) -> None:
+    folder = make_agent(sandbox={"netwrk": True, "approval": "sometimes", "network": "yes"})
     with pytest.raises(ConfigError) as err:
-        parse_options(config({"netwrk": True, "approval": "sometimes", "network": "yes"}))
+        load_agent(folder)
     text = str(err.value)
-    assert "unknown key 'netwrk'" in text
-    assert "approval: must be 'always' or 'never', got 'sometimes'" in text
-    assert "network: must be true or false, got 'yes'" in text
+    assert "agent.yaml: unknown key 'sandbox.netwrk'; did you mean 'network'?" in text
+    assert "agent.yaml: sandbox.approval: must be 'always' or 'never', got 'sometimes'" in text
+    assert "agent.yaml: sandbox.network: must be true or false, got 'yes'" in text
+    assert len(err.value.problems) == 3
 
 
-def test_env_names_must_be_declared_and_not_reserved() -> None:
+def test_env_names_must_be_declared_and_not_reserved(make_agent: Callable[..., Path]) -> None:
+    # The block's other mistake (`approval`) does not hide the env check: one pass shows all.
+    folder = make_agent(
+        sandbox={"env": ["API_TOKEN", "GH_TOKEN", "PATH"], "approval": "maybe"},
+        env={"required": ["API_TOKEN"]},
+    )
     with pytest.raises(ConfigError) as err:
-        parse_options(config({"env": ["API_TOKEN", "GH_TOKEN", "PATH"]}, required=["API_TOKEN"]))
+        load_agent(folder)
     text = str(err.value)
-    assert "'GH_TOKEN' not declared in agent.yaml `env`" in text
+    assert "sandbox.env: 'GH_TOKEN' is not declared in agent.yaml `env`" in text
     assert "'API_TOKEN'" not in text
-    assert "'PATH' is set by the sandbox itself" in text
+    assert "sandbox.env: 'PATH' is set by the sandbox itself" in text
+    assert "sandbox.approval: must be 'always' or 'never'" in text
+
+
+def test_sandbox_is_true_false_or_a_block(make_agent: Callable[..., Path]) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_agent(make_agent(sandbox="yes"))
+    assert "agent.yaml: sandbox: must be true, false or a block of network" in str(err.value)
 
 
 def test_loader_reports_a_bad_block_with_the_file(make_agent: Callable[..., Path]) -> None:
     folder = make_agent(sandbox={"network": False, "approvals": "never"})
     with pytest.raises(ConfigError) as err:
         load_agent(folder)
-    assert "agent.yaml: sandbox: unknown key 'approvals'" in str(err.value)
+    assert "agent.yaml: unknown key 'sandbox.approvals'; did you mean 'approval'?" in str(err.value)
 
 
 @needs_bwrap

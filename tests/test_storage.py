@@ -24,6 +24,7 @@ from temporalio.converter import (
 )
 
 from tests.conftest import DevServer, fetch_history, task_failures
+from toren import ConfigError
 from toren import _storage as storage
 from toren import client as toren_client
 from toren._limits import MAX_RESULT_BYTES
@@ -126,9 +127,9 @@ def test_store_setting_names_a_driver(tmp_path: Path, monkeypatch: pytest.Monkey
     assert isinstance(plain, storage.FileStorageDriver)
     s3 = storage.driver_for("s3://bucket/some/prefix/")
     assert s3.type() == "aws.s3driver"
-    with pytest.raises(ValueError, match="needs a bucket"):
+    with pytest.raises(ConfigError, match="needs a bucket"):
         storage.driver_for("s3:///prefix")
-    with pytest.raises(ValueError, match="unsupported scheme 'gs'"):
+    with pytest.raises(ConfigError, match="unsupported scheme 'gs'"):
         storage.driver_for("gs://bucket")
 
     monkeypatch.delenv(storage.ENV_VAR, raising=False)

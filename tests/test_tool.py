@@ -67,6 +67,13 @@ def test_every_bad_field_is_reported_at_once() -> None:
     assert len(err.value.problems) == 3
 
 
+def test_a_misspelled_keyword_is_named_with_the_closest() -> None:
+    with pytest.raises(ConfigError) as err:
+        define_tool(description="Echo.", timeout=5, effects="world", handler=handler)  # type: ignore[call-overload]
+    assert len(err.value.problems) == 2
+    assert ": unknown keyword 'timeout'; did you mean 'timeout_ms'?" in str(err.value)
+
+
 def test_decorator_form() -> None:
     @define_tool(description="Echo.", input={"type": "object", "properties": {}})
     def echo(args: Any, ctx: ToolContext) -> str:

@@ -18,17 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
-from toren._config import AgentConfig
+from toren._config import PROVIDER_KEYS, AgentConfig, read_config
 from toren._tool import Tool
 from toren.errors import ConfigError, MissingEnvError
 
 __all__ = ["Agent", "load_agent", "process_specs"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "mock": None}
 _PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
 
 
@@ -59,7 +55,7 @@ class Agent:
     def required_env(self) -> list[str]:
         """Every env name the worker must have: declared, model key, built-ins."""
         names = list(self.config.env.required)
-        key = _PROVIDER_KEYS.get(self.provider)
+        key = PROVIDER_KEYS.get(self.provider)
         if key:
             names.append(key)
         from toren.tools import builtin_env
@@ -91,19 +87,21 @@ def load_agent(folder: str | Path) -> Agent:
     """Load the agent folder at `folder`.
 
     Raises:
-        ConfigError: listing every problem found, each naming the file and the key.
+        ConfigError: listing every problem found in agent.yaml, the instructions file, `tools/`
+            and the built-ins, each naming the file and the key.
     """
     folder = Path(folder).resolve()
     path = folder / "agent.yaml"
     if not path.is_file():
         raise ConfigError(f"{path}: no agent.yaml in {folder}")
-    config = _read_config(path)
-    problems: list[str] = []
+    # A key that failed takes its default in `config`, so every later stage still runs; its
+    # own problem is already in `problems`.
+    config, problems, failed = read_config(path)
     instructions = ""
     instructions_path = folder / config.instructions
     if instructions_path.is_file():
         instructions = instructions_path.read_text(encoding="utf-8")
-    else:
+    elif "instructions" not in failed:
         problems.append(f"{path}: instructions: file {config.instructions!r} not found")
     tools, tool_problems = _discover_tools(folder / "tools", config.name)
     problems += tool_problems
@@ -130,43 +128,6 @@ def load_agent(folder: str | Path) -> Agent:
     if problems:
         raise ConfigError(problems)
     return Agent(config=config, folder=folder, instructions=instructions, tools=tools)
-
-
-def _read_config(path: Path) -> AgentConfig:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: must be a mapping of keys (name, model, ...)")
-    try:
-        config = AgentConfig.model_validate(raw)
-    except ValidationError as err:
-        problems = []
-        for e in err.errors():
-            key = ".".join(str(p) for p in e["loc"])
-            if e["type"] == "extra_forbidden":
-                problems.append(f"{path}: unknown key {key!r} (check its spelling)")
-            elif e["type"] == "missing":
-                problems.append(f"{path}: missing key {key!r}")
-            else:
-                problems.append(f"{path}: {key}: {e['msg']} (got {e.get('input')!r})")
-        raise ConfigError(problems) from None
-    problems = []
-    if not _NAME.match(config.name):
-        problems.append(f"{path}: name: {config.name!r} must match [a-z][a-z0-9_]*")
-    provider, _, model = config.model.partition("/")
-    if provider not in _PROVIDER_KEYS or not model:
-        problems.append(
-            f"{path}: model: {config.model!r} must be openai/<model>, anthropic/<model> "
-            "or mock/<name>"
-        )
-    for key in config.env.required + list(config.env.optional):
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            problems.append(f"{path}: env: {key!r} is not a valid variable name")
-    if problems:
-        raise ConfigError(problems)
-    return config
 
 
 def _discover_tools(tools_dir: Path, agent: str) -> tuple[dict[str, Tool], list[str]]:
@@ -234,40 +195,33 @@ def _import(file: Path, module_name: str) -> Any:
 def process_specs(config: AgentConfig, folder: Path) -> dict[str, dict[str, Any]]:
     """The declared processes, resolved: `{name: {workflow, task_queue, agent?, description}}`.
 
+    `AgentConfig` has checked each entry; this loads the child agent folders.
+
     Raises:
-        ConfigError: a process names no agent or workflow, or its agent folder is broken.
+        ConfigError: a process's agent folder is broken (its own problems, under the process).
     """
     specs: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     where = folder / "agent.yaml"
-    for name, raw in config.processes.items():
-        if not isinstance(raw, dict):
-            problems.append(f"{where}: processes.{name}: must be a mapping (agent: or workflow:)")
-            continue
-        unknown = set(raw) - {"agent", "workflow", "task_queue", "description"}
-        if unknown:
-            problems.append(f"{where}: processes.{name}: unknown key(s) {sorted(unknown)}")
-        if ("agent" in raw) == ("workflow" in raw):
-            problems.append(f"{where}: processes.{name}: give exactly one of agent: or workflow:")
-            continue
-        if "agent" in raw:
-            try:
-                child = load_agent((folder / str(raw["agent"])).resolve())
-            except ConfigError as err:
-                problems += [f"{where}: processes.{name}: {p}" for p in err.problems]
-                continue
+    for name, process in config.processes.items():
+        if process.agent is None:
             specs[name] = {
-                "workflow": "AgentRun",
-                "agent": child.name,
-                "task_queue": raw.get("task_queue") or child.task_queue,
-                "description": raw.get("description") or child.config.description,
+                "workflow": str(process.workflow),
+                "task_queue": process.task_queue or config.task_queue or config.name,
+                "description": process.description,
             }
-        else:
-            specs[name] = {
-                "workflow": str(raw["workflow"]),
-                "task_queue": raw.get("task_queue") or config.task_queue or config.name,
-                "description": raw.get("description", ""),
-            }
+            continue
+        try:
+            child = load_agent((folder / process.agent).resolve())
+        except ConfigError as err:
+            problems += [f"{where}: processes.{name}.agent: {p}" for p in err.problems]
+            continue
+        specs[name] = {
+            "workflow": "AgentRun",
+            "agent": child.name,
+            "task_queue": process.task_queue or child.task_queue,
+            "description": process.description or child.config.description,
+        }
     if problems:
         raise ConfigError(problems)
     return specs

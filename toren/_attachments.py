@@ -10,9 +10,8 @@ store.page(info.id, 1)                # the first page's text
 ```
 
 Start a run with `attachments=[info.id]` and the agent reads it with the `read_attachment`
-built-in. PDF (pypdf), Word .docx (python-docx: paragraphs and tables), Excel .xlsx (openpyxl:
-each sheet as `# Sheet: Name` and CSV rows) and text (markdown, CSV, JSON, YAML, HTML, logs...)
-are supported; `pip install 'toren[files]'` adds the parsers. Files over 15 MB are refused.
+built-in. PDF, Word .docx, Excel .xlsx and text are supported (`toren._parsers` turns them into
+text and pages); `pip install 'toren[files]'` adds the parsers. Files over 15 MB are refused.
 
 The store is a directory: `TOREN_ATTACHMENTS`, or `.toren/attachments` under the current
 directory, or `store=`. Each attachment is `<root>/<id>/meta.json` plus
@@ -23,36 +22,31 @@ SHA-256 of the bytes: attaching the same content twice gives the same id and par
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import hashlib
-import importlib
-import io
 import json
-import mimetypes
 import os
 import re
 import shutil
 import tempfile
-import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from toren._context import Attachment
+from toren._parsers import detect_type, extension_for, extract_text, split_pages
 from toren.errors import AttachmentError
 
 __all__ = [
+    "ENV_VAR",
     "MAX_BYTES",
-    "PAGE_CHARS",
     "AttachmentError",
     "AttachmentInfo",
     "AttachmentStore",
     "attach",
     "default_root",
     "open_store",
-    "split_pages",
     "store_result_attachments",
 ]
 
@@ -62,54 +56,10 @@ MAX_BYTES = 15 * 1024 * 1024
 BLOB_CHUNK = 1_750_000
 """Files tools return are stored in chunks of this many bytes (~1.75 MB)."""
 
-PAGE_CHARS = 4_000
-"""Target page size in characters; pages break at a paragraph or line near it."""
-
-MAX_TEXT_CHARS = 20_000_000
-"""Most extracted text kept from one file (5,000 pages): a 15 MB zip can expand a lot."""
-
 ENV_VAR = "TOREN_ATTACHMENTS"
 """Names the store directory for the worker and the CLI."""
 
 _ID = re.compile(r"^att_[0-9a-f]{16}$")
-
-_PDF = "application/pdf"
-_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-_XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-
-_TYPES = {
-    ".pdf": _PDF,
-    ".docx": _DOCX,
-    ".xlsx": _XLSX,
-    ".xlsm": _XLSX,
-    ".txt": "text/plain",
-    ".text": "text/plain",
-    ".log": "text/plain",
-    ".md": "text/markdown",
-    ".markdown": "text/markdown",
-    ".csv": "text/csv",
-    ".tsv": "text/tab-separated-values",
-    ".json": "application/json",
-    ".jsonl": "application/jsonl",
-    ".ndjson": "application/jsonl",
-    ".yaml": "application/yaml",
-    ".yml": "application/yaml",
-    ".toml": "application/toml",
-    ".xml": "application/xml",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".ini": "text/plain",
-    ".cfg": "text/plain",
-    ".rst": "text/x-rst",
-}
-"""Extensions read by type; any other file is read as text if its bytes are UTF-8 text."""
-
-_EXTENSIONS = {_PDF: ".pdf", _DOCX: ".docx", _XLSX: ".xlsx"}
-
-_MIME = mimetypes.MimeTypes()
-"""Python's built-in type table only: the system's mime.types would make errors vary by host."""
-
-_SUPPORTED = "PDF, DOCX, XLSX and text (txt, md, csv, json, yaml, html, logs, ...)"
 
 
 @dataclass(frozen=True)
@@ -188,10 +138,10 @@ class AttachmentStore:
         file_id = "att_" + hashlib.sha256(data).hexdigest()[:16]
         if (self.root / file_id / "meta.json").is_file():
             return self.info(file_id)  # parsed once: the same bytes always parse the same
-        mime = _detect(data, name)
-        text = _extract(data, name, mime)
+        mime = detect_type(data, name)
+        text = extract_text(data, name, mime)
         # Unnamed bytes get a name the model can refer to, typed like the content.
-        name = name or file_id + _EXTENSIONS.get(mime, ".txt")
+        name = name or file_id + extension_for(mime)
         pages = split_pages(text)
         info = AttachmentInfo(id=file_id, name=name, pages=len(pages), size=len(data), mime=mime)
         self._write(info, pages)
@@ -333,7 +283,7 @@ def store_result_attachments(
     return [target.put_blob(a.data, a.name, a.mime_type, a.width, a.height) for a in attachments]
 
 
-# -- reading and typing ---------------------------------------------------------------------
+# -- reading ---------------------------------------------------------------------------------
 
 
 def _read(path_or_bytes: str | Path | bytes, name: str | None) -> tuple[bytes, str]:
@@ -362,206 +312,3 @@ def _too_big(name: str, size: int) -> AttachmentError:
         f"{name!r} is {size / 1024 / 1024:.1f} MB; attachments are limited to 15 MB: split the "
         "file or attach an excerpt"
     )
-
-
-def _detect(data: bytes, name: str) -> str:
-    ext = Path(name).suffix.lower()
-    if ext in _TYPES:
-        return _TYPES[ext]
-    # No name or an unknown extension: look at the bytes.
-    if data.startswith(b"%PDF-"):
-        return _PDF
-    if data.startswith(b"PK\x03\x04"):
-        try:
-            names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
-        except zipfile.BadZipFile:
-            names = set()
-        if "word/document.xml" in names:
-            return _DOCX
-        if "xl/workbook.xml" in names:
-            return _XLSX
-    guessed = _MIME.guess_type(name)[0] if name else None
-    if _is_text(data):
-        # Source code and config under any extension (.ts guesses as video/mp2t) is text.
-        return guessed if guessed and guessed.startswith("text/") else "text/plain"
-    kind = guessed or (f"{ext!r} files" if ext else "binary data")
-    label = repr(name) if name else "the attachment"
-    raise AttachmentError(
-        f"unsupported file type {kind} for {label}; supported: {_SUPPORTED}. Convert it "
-        "(e.g. .doc to .docx, .xls to .xlsx) or attach its text"
-    )
-
-
-def _is_text(data: bytes) -> bool:
-    if b"\x00" in data[:8192]:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _extract(data: bytes, name: str, mime: str) -> str:
-    label = repr(name) if name else "the attachment"
-    try:
-        if mime == _PDF:
-            text = _pdf_text(data, label)
-        elif mime == _DOCX:
-            text = _docx_text(data)
-        elif mime == _XLSX:
-            text = _xlsx_text(data)
-        else:
-            text = _plain_text(data)
-    except AttachmentError:
-        raise
-    except ImportError as err:
-        raise AttachmentError(
-            f"reading {label} ({mime}) needs {err.name or 'a parser'}: pip install 'toren[files]'"
-        ) from None
-    except Exception as err:
-        # Parsers raise all sorts on a damaged file; the message names the file and the cause.
-        raise AttachmentError(
-            f"could not parse {label} as {mime}: {type(err).__name__}: {err}; "
-            "check the file opens in its usual program"
-        ) from None
-    if len(text) > MAX_TEXT_CHARS:
-        raise AttachmentError(
-            f"{label} holds {len(text):,} characters of text, over the {MAX_TEXT_CHARS:,} "
-            "limit; split the file"
-        )
-    return text
-
-
-def _plain_text(data: bytes) -> str:
-    # utf-8-sig drops a BOM; other encodings keep their text with replacement characters.
-    return data.decode("utf-8-sig", errors="replace").replace("\r\n", "\n")
-
-
-def _pdf_text(data: bytes, label: str) -> str:
-    from pypdf import PdfReader
-
-    reader = PdfReader(io.BytesIO(data))
-    if reader.is_encrypted and not reader.decrypt(""):
-        raise AttachmentError(f"{label} is password-protected; attach an unlocked copy")
-    texts = [(page.extract_text() or "").strip() for page in reader.pages]
-    if not any(texts):
-        return (
-            f"[{label} has no extractable text: it is probably scanned images, and OCR is not "
-            "supported]"
-        )
-    if len(texts) == 1:
-        return texts[0]
-    # Mark the PDF's own pages so the model can cite them.
-    return "\n\n".join(
-        f"[PDF page {n} of {len(texts)}]\n{text}" for n, text in enumerate(texts, start=1)
-    )
-
-
-def _docx_text(data: bytes) -> str:
-    import docx
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
-
-    document = docx.Document(io.BytesIO(data))
-    blocks: list[str] = []
-    for item in document.iter_inner_content():
-        if isinstance(item, Paragraph):
-            text = item.text.strip()
-            if not text:
-                continue
-            style = (item.style.name if item.style is not None else "") or ""
-            level = _heading_level(style)
-            blocks.append(f"{'#' * level} {text}" if level else text)
-        elif isinstance(item, Table):
-            blocks.append(_table_text(item))
-    return "\n\n".join(b for b in blocks if b)
-
-
-def _heading_level(style: str) -> int:
-    if style == "Title":
-        return 1
-    match = re.fullmatch(r"Heading (\d)", style)
-    return int(match.group(1)) if match else 0
-
-
-def _table_text(table: Any) -> str:
-    rows = []
-    for row in table.rows:
-        cells: list[str] = []
-        last: Any = None
-        for cell in row.cells:
-            # A merged cell appears once per grid column it spans; keep it once.
-            if cell._tc is last:
-                continue
-            last = cell._tc
-            cells.append(" ".join(cell.text.split()))
-        rows.append(" | ".join(cells))
-    return "\n".join(rows)
-
-
-def _xlsx_text(data: bytes) -> str:
-    # openpyxl ships no type information; imported by name so strict typing stays quiet.
-    openpyxl = importlib.import_module("openpyxl")
-    workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    try:
-        sheets = []
-        for sheet in workbook.worksheets:
-            out = io.StringIO()
-            writer = csv.writer(out, lineterminator="\n")
-            rows = [[_cell(v) for v in row] for row in sheet.iter_rows(values_only=True)]
-            while rows and not any(rows[-1]):
-                rows.pop()  # read-only mode reports the sheet's formatted extent
-            for row in rows:
-                while row and not row[-1]:
-                    row.pop()
-                writer.writerow(row)
-            sheets.append(f"# Sheet: {sheet.title}\n{out.getvalue()}".rstrip("\n"))
-        return "\n\n".join(sheets)
-    finally:
-        workbook.close()
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-# -- pages ----------------------------------------------------------------------------------
-
-
-def split_pages(text: str, size: int = PAGE_CHARS) -> list[str]:
-    """Split `text` into pages of at most `size` characters, at natural boundaries.
-
-    A page ends at the last paragraph break (blank line) in its second half, else the last line
-    break, else the last space, else exactly at `size`. Joining the pages gives `text` back.
-
-    Args:
-        text: The whole extracted text.
-        size: The most characters per page.
-
-    Returns:
-        The pages; one empty page for empty text.
-    """
-    pages: list[str] = []
-    start = 0
-    while len(text) - start > size:
-        window = text[start : start + size]
-        floor = size // 2
-        cut = -1
-        for sep in ("\n\n", "\n", " "):
-            at = window.rfind(sep, floor)
-            if at != -1:
-                cut = at + len(sep)
-                break
-        if cut == -1:
-            cut = size
-        pages.append(text[start : start + cut])
-        start += cut
-    pages.append(text[start:])
-    return pages if text else [""]

@@ -1,12 +1,70 @@
-"""agent.yaml as one pydantic model: what a folder may declare, with a newcomer's defaults."""
+"""agent.yaml as one pydantic model: what a folder may declare, with a newcomer's defaults.
+
+```python
+config, problems, failed = read_config(Path("support/agent.yaml"))
+# problems: every one in the file, each naming it and the key path; `config` still holds
+# every key that validated (failed ones at their defaults), so the rest of the folder can
+# be checked in the same pass
+```
+
+Every key of the file is checked here, `limits:`, `env:`, `sandbox:` and `processes:`
+included; the loader (`toren._agent`) checks what lies beyond the file: the instructions file,
+`tools/`, built-ins and child agent folders.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
-__all__ = ["AgentConfig", "EnvConfig", "Limits"]
+from toren._problems import also_report, describe, problems_at
+
+__all__ = [
+    "PROVIDER_KEYS",
+    "SANDBOX_RESERVED_ENV",
+    "AgentConfig",
+    "ConfigRead",
+    "EnvConfig",
+    "Limits",
+    "ProcessConfig",
+    "SandboxConfig",
+    "read_config",
+]
+
+PROVIDER_KEYS: dict[str, str | None] = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "mock": None,
+}
+"""Model providers `model:` may name → the env name holding the provider's API key."""
+
+SANDBOX_RESERVED_ENV = ("HOME", "LANG", "PATH", "TOREN_IDEMPOTENCY_KEY")
+"""Names the sandbox sets itself; `sandbox.env` may not pass them in."""
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_PARTIAL = "partial"
+"""Validation context key: the config is rebuilt from the keys that validated, so checks that
+compare keys (already reported on the whole file) are off."""
+
+_STAND_INS = {"name": "agent", "model": "mock/echo"}
+"""What a rebuilt config holds for a required key that failed; never reported or run."""
 
 
 class _Strict(BaseModel):
@@ -38,6 +96,60 @@ class EnvConfig(_Strict):
     optional: dict[str, str] = Field(default_factory=dict)
     """Names that may be set, with the default used when they are not."""
 
+    @field_validator("required", "optional")
+    @classmethod
+    def _variable_names(cls, names: list[str] | dict[str, str]) -> Any:
+        bad = [f"{n!r} is not a valid variable name" for n in names if not _ENV_NAME.match(n)]
+        if bad:
+            raise problems_at(None, bad, names)
+        return names
+
+
+class SandboxConfig(_Strict):
+    """The `sandbox:` block: `true` means all defaults, `false` (the default) no sandbox.
+
+    Its `env` names are checked against the agent's `env` by `AgentConfig`.
+    """
+
+    network: StrictBool = False
+    """Share the worker's network; otherwise the sandbox has only its own loopback."""
+    approval: Literal["always", "never"] = "always"
+    """bash's approval policy (the file tools never ask)."""
+    env: list[str] = Field(default_factory=list)
+    """Declared env names whose values are passed into the sandbox."""
+    unconfined: StrictBool = False
+    """The agent accepts running bash without bwrap if the operator also allows it."""
+
+    @field_validator("env")
+    @classmethod
+    def _passable(cls, names: list[str]) -> list[str]:
+        problems = [p for p in map(_sandbox_env_problem, names) if p]
+        if problems:
+            raise problems_at(None, problems, names)
+        return names
+
+
+class ProcessConfig(_Strict):
+    """One entry of `processes:`: another agent folder, or any Temporal workflow by type."""
+
+    agent: str | None = None
+    """The agent folder, relative to agent.yaml; runs as its own `AgentRun`."""
+    workflow: str | None = None
+    """A workflow type name, for processes that are not toren agents."""
+    task_queue: str | None = None
+    """Where it runs; default the child agent's queue, or this agent's for a workflow."""
+    description: str = ""
+    """What it does, for the model; default the child agent's description."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_target(cls, data: Any, handler: ModelWrapValidatorHandler[ProcessConfig]) -> Any:
+        # Read off the keys given, so a block with other mistakes hears this in the same pass.
+        problems = []
+        if isinstance(data, dict) and (data.get("agent") is None) == (data.get("workflow") is None):
+            problems.append("give exactly one of agent: or workflow:")
+        return also_report(lambda: handler(data), None, problems, data)
+
 
 class AgentConfig(_Strict):
     """The contents of agent.yaml."""
@@ -54,13 +166,127 @@ class AgentConfig(_Strict):
     """Upper bound on tokens per model response."""
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     """Run budgets."""
+    # `env` stands before `sandbox` and `builtin_tools` before `processes`: fields validate in
+    # order, and the later one's check reads the earlier one.
     env: EnvConfig = Field(default_factory=EnvConfig)
     """Env names the tools may read."""
     builtin_tools: list[str] = Field(default_factory=list)
     """Built-in tools to add, by name."""
-    sandbox: bool | dict[str, Any] = False
+    sandbox: SandboxConfig | None = None
     """Grant bash and the workspace file tools (`true`, or a block of options)."""
-    processes: dict[str, Any] = Field(default_factory=dict)
+    processes: dict[str, ProcessConfig] = Field(default_factory=dict, validate_default=True)
     """Named processes `run_process` may start."""
     task_queue: str | None = None
     """The Temporal task queue; defaults to the agent's name."""
+
+    @field_validator("name")
+    @classmethod
+    def _snake_case(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError(f"{name!r} must match [a-z][a-z0-9_]*")
+        return name
+
+    @field_validator("model")
+    @classmethod
+    def _known_provider(cls, model: str) -> str:
+        provider, _, rest = model.partition("/")
+        if provider not in PROVIDER_KEYS or not rest:
+            raise ValueError(f"{model!r} must be openai/<model>, anthropic/<model> or mock/<name>")
+        return model
+
+    @field_validator("sandbox", mode="wrap")
+    @classmethod
+    def _sandbox(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        if value is True:
+            value = {}
+        if value is False or value is None:
+            return None
+        if not isinstance(value, dict):
+            keys = ", ".join(SandboxConfig.model_fields)
+            raise ValueError(f"must be true, false or a block of {keys}; got {value!r}")
+        # Compared here, not after the block validates, so its other mistakes come out too.
+        # `env` is absent when it failed itself: then there is nothing to compare against.
+        env = None if _partial(info) else info.data.get("env")
+        names = value.get("env")
+        problems = []
+        if env is not None and isinstance(names, list):
+            problems = [
+                f"{n!r} is not declared in agent.yaml `env`; add it under env.required or "
+                "env.optional"
+                for n in names
+                if isinstance(n, str)
+                and not _sandbox_env_problem(n)
+                and n not in env.required
+                and n not in env.optional
+            ]
+        return also_report(lambda: handler(value), "env", problems, names)
+
+    @field_validator("processes")
+    @classmethod
+    def _processes_for_run_process(
+        cls, processes: dict[str, ProcessConfig], info: ValidationInfo
+    ) -> Any:
+        wanted = "run_process" in info.data.get("builtin_tools", ())
+        if wanted and not processes and not _partial(info):
+            raise ValueError(
+                "none declared, and run_process needs `processes:` to start anything; declare "
+                "one, or remove run_process from builtin_tools"
+            )
+        return processes
+
+
+class ConfigRead(NamedTuple):
+    """What `read_config` found."""
+
+    config: AgentConfig
+    """The config; a key that failed holds its default (`name`, `model`: a stand-in)."""
+    problems: list[str]
+    """Every problem in the file, each naming it and the key path."""
+    failed: set[str]
+    """Top-level keys that failed, every one when the file is no mapping of keys; their
+    fallbacks need no further checks."""
+
+
+def read_config(path: Path) -> ConfigRead:
+    """Read and check the agent.yaml at `path`, reporting every problem, never raising.
+
+    When some keys fail, `config` is rebuilt from the keys that did validate, so the loader can
+    go on checking the rest of the folder against it in the same pass.
+    """
+    unread = set(AgentConfig.model_fields)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        return ConfigRead(_stand_in(), [f"{path}: not valid YAML: {err}"], unread)
+    if not isinstance(raw, dict):
+        problem = f"{path}: must be a mapping of keys (name, model, ...)"
+        return ConfigRead(_stand_in(), [problem], unread)
+    try:
+        return ConfigRead(AgentConfig.model_validate(raw), [], set())
+    except ValidationError as err:
+        problems = describe(err, path, AgentConfig)
+        failed = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
+    kept = {**_STAND_INS, **{k: v for k, v in raw.items() if k not in failed}}
+    try:
+        config = AgentConfig.model_validate(kept, context={_PARTIAL: True})
+    except ValidationError:  # a check that spans keys; the problems above cover it
+        config = _stand_in()
+    return ConfigRead(config, problems, failed)
+
+
+def _stand_in() -> AgentConfig:
+    return AgentConfig.model_validate(_STAND_INS, context={_PARTIAL: True})
+
+
+def _sandbox_env_problem(name: str) -> str | None:
+    if not _ENV_NAME.match(name):
+        return f"{name!r} is not a valid variable name"
+    if name in SANDBOX_RESERVED_ENV:
+        return f"{name!r} is set by the sandbox itself; remove it"
+    return None
+
+
+def _partial(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(_PARTIAL))

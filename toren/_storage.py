@@ -47,6 +47,7 @@ from temporalio.converter import (
 )
 
 from toren._limits import MAX_RESULT_BYTES
+from toren.errors import ConfigError
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -258,20 +259,22 @@ def driver_for(store: str) -> StorageDriver:
         store: `s3://bucket[/prefix]`, `file:///abs/dir`, or a directory path.
 
     Raises:
-        ValueError: an unknown scheme or an S3 URL without a bucket.
+        ConfigError: an unknown scheme, an S3 URL without a bucket, or a file URL on another host.
     """
     parsed = urlparse(store)
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise ValueError(f"{ENV_VAR}={store!r}: an S3 store needs a bucket: s3://bucket/prefix")
+            raise ConfigError(
+                f"{ENV_VAR}={store!r}: an S3 store needs a bucket: s3://bucket/prefix"
+            )
         return _S3Driver(S3Client(prefix=parsed.path), parsed.netloc)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"{ENV_VAR}={store!r}: a file store must be on this host")
+            raise ConfigError(f"{ENV_VAR}={store!r}: a file store must be on this host")
         return FileStorageDriver(unquote(parsed.path))
     # One letter before a colon is a Windows drive, not a scheme.
     if parsed.scheme and len(parsed.scheme) > 1:
-        raise ValueError(
+        raise ConfigError(
             f"{ENV_VAR}={store!r}: unsupported scheme {parsed.scheme!r} "
             "(use a directory, file:///dir or s3://bucket/prefix)"
         )

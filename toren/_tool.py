@@ -36,9 +36,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 from toren._context import ToolContext, ToolResult, Variable
+from toren._problems import did_you_mean
 from toren._schema import check_schema, input_schema
 from toren.errors import ConfigError
 
@@ -48,6 +49,7 @@ __all__ = [
     "Idempotency",
     "Tool",
     "ToolContext",
+    "ToolOptions",
     "ToolResult",
     "Variable",
     "define_tool",
@@ -172,89 +174,71 @@ def _apply_defaults(schema: Mapping[str, Any], args: dict[str, Any]) -> dict[str
     return args
 
 
+class ToolOptions(TypedDict, total=False):
+    """The optional keywords of `define_tool`; each left out keeps `Tool`'s default."""
+
+    name: str | None
+    """Tool name the model sees; default the file's stem."""
+    input: Any
+    """A pydantic model class or a JSON Schema dict; default no arguments."""
+    effects: Effects
+    """`none` (default), `sandbox` or `external`."""
+    idempotency: Idempotency
+    """`keyed` (default) or `none`."""
+    approval: Approval
+    """`never` (default), `always`, or a predicate over the parsed args."""
+    timeout_ms: int | None
+    """A call running longer returns an error result to the model; default no limit."""
+    max_attempts: int | None
+    """Starts of one call before it fails closed; default at-least-once."""
+    approval_timeout: float | timedelta | None
+    """Seconds (or a `timedelta`) a gated call waits before it is denied; default forever."""
+    uses: Sequence[str]
+    """Tools this one may call with `ctx.invoke_tool`."""
+    variables: Sequence[Variable]
+    """Env values this tool needs, resolved before each call."""
+
+
 @overload
-def define_tool(
-    *,
-    description: str,
-    handler: Handler,
-    name: str | None = None,
-    input: Any = None,
-    effects: Effects = "none",
-    idempotency: Idempotency = "keyed",
-    approval: Approval = "never",
-    timeout_ms: int | None = None,
-    max_attempts: int | None = None,
-    approval_timeout: float | timedelta | None = None,
-    uses: Sequence[str] = (),
-    variables: Sequence[Variable] = (),
-) -> Tool: ...
+def define_tool(*, description: str, handler: Handler, **options: Unpack[ToolOptions]) -> Tool: ...
 
 
 @overload
 def define_tool(
-    *,
-    description: str,
-    handler: None = None,
-    name: str | None = None,
-    input: Any = None,
-    effects: Effects = "none",
-    idempotency: Idempotency = "keyed",
-    approval: Approval = "never",
-    timeout_ms: int | None = None,
-    max_attempts: int | None = None,
-    approval_timeout: float | timedelta | None = None,
-    uses: Sequence[str] = (),
-    variables: Sequence[Variable] = (),
+    *, description: str, handler: None = None, **options: Unpack[ToolOptions]
 ) -> Callable[[Handler], Tool]: ...
 
 
 def define_tool(
-    *,
-    description: str,
-    handler: Handler | None = None,
-    name: str | None = None,
-    input: Any = None,
-    effects: Effects = "none",
-    idempotency: Idempotency = "keyed",
-    approval: Approval = "never",
-    timeout_ms: int | None = None,
-    max_attempts: int | None = None,
-    approval_timeout: float | timedelta | None = None,
-    uses: Sequence[str] = (),
-    variables: Sequence[Variable] = (),
+    *, description: str, handler: Handler | None = None, **options: Unpack[ToolOptions]
 ) -> Tool | Callable[[Handler], Tool]:
     """Declare a tool and its durability contract.
 
     Use it as `tool = define_tool(..., handler=fn)` or as a decorator
-    `@define_tool(description=...)` over the handler. The name defaults to the file's stem.
-    `approval_timeout` (seconds or a `timedelta`) denies a gated call nobody decided in time;
-    by default it waits forever (or the agent's `limits.approvalTimeoutMin`).
+    `@define_tool(description=...)` over the handler; `ToolOptions` lists the other keywords.
+    The name defaults to the file's stem. `approval_timeout` (seconds or a `timedelta`) denies a
+    gated call nobody decided in time; by default it waits forever (or the agent's
+    `limits.approvalTimeoutMin`).
 
     Raises:
-        ConfigError: a field has a wrong value; names the tool and every bad field.
+        ConfigError: a keyword is unknown or has a wrong value; names the tool and every one.
     """
+    # `Tool`'s fields, from the options given; `Tool` holds the defaults of the rest.
+    fields: dict[str, Any] = {"name": None, **options}
+    unknown = sorted(set(fields) - ToolOptions.__optional_keys__)
+    for key in unknown:
+        del fields[key]
+    timeout = fields.pop("approval_timeout", None)
+    fields["approval_timeout_s"] = (
+        timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    )
+    fields["uses"] = tuple(fields.get("uses", ()))
+    fields["variables"] = tuple(fields.get("variables", ()))
 
     def build(fn: Handler) -> Tool:
-        tool = Tool(
-            name=name,
-            description=description,
-            handler=fn,
-            input=input,
-            effects=effects,
-            idempotency=idempotency,
-            approval=approval,
-            timeout_ms=timeout_ms,
-            max_attempts=max_attempts,
-            approval_timeout_s=(
-                approval_timeout.total_seconds()
-                if isinstance(approval_timeout, timedelta)
-                else approval_timeout
-            ),
-            uses=tuple(uses),
-            variables=tuple(variables),
-        )
+        tool = Tool(description=description, handler=fn, **fields)
         tool.source = _caller_file()
-        _check(tool)
+        _check(tool, unknown)
         return tool
 
     if handler is None:
@@ -269,11 +253,12 @@ def _caller_file() -> str | None:
     return None
 
 
-def _check(tool: Tool) -> None:
+def _check(tool: Tool, unknown: Sequence[str] = ()) -> None:
     label = f"tool {tool.name!r}" if tool.name else "tool"
     if tool.source:
         label += f" ({tool.source})"
-    problems: list[str] = []
+    known = sorted(ToolOptions.__optional_keys__ | {"description", "handler"})
+    problems = [f"{label}: unknown keyword {k!r}{did_you_mean(k, known)}" for k in unknown]
     if tool.name is not None and not _NAME.match(tool.name):
         problems.append(f"{label}: name {tool.name!r} must be snake_case ([a-z][a-z0-9_]*)")
     if not isinstance(tool.description, str) or not tool.description.strip():

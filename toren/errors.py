@@ -2,8 +2,8 @@
 
 ```
 TorenError                  root of everything toren raises to a user
-├── ConfigError             a bad agent.yaml, tool file or `define_tool` call; lists every problem,
-│   │                       each naming the file and the key
+├── ConfigError             a bad agent.yaml, tool file, `define_tool` call or toren setting in the
+│   │                       worker's environment; lists every problem, each naming the file and key
 │   └── MissingEnvError     declared env names missing from the worker's environment
 ├── ModelError              a model provider failed
 │   └── ModelHTTPError      the provider answered an error status or could not be reached;
@@ -56,7 +56,7 @@ class TorenError(Exception):
 
 
 class ConfigError(TorenError):
-    """A bad agent folder, agent.yaml or tool definition.
+    """A bad agent folder, agent.yaml, tool definition or toren setting in the environment.
 
     Carries every problem found, each naming the file and the key, so one run of
     `toren check` shows everything to fix.

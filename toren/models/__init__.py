@@ -73,5 +73,17 @@ def _timeout() -> float:
 
     Below the model activity's 5-minute start-to-close, so a hung server becomes a retryable
     error first.
+
+    Raises:
+        ConfigError: the variable is not a positive number.
     """
-    return float(os.environ.get("TOREN_MODEL_TIMEOUT_S", "120"))
+    raw = os.environ.get("TOREN_MODEL_TIMEOUT_S", "120")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ConfigError(
+            f"TOREN_MODEL_TIMEOUT_S={raw!r}: must be a positive number of seconds, e.g. 120"
+        )
+    return seconds

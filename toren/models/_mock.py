@@ -20,12 +20,41 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from toren._problems import describe
+from toren.errors import ConfigError
 from toren.models._base import Message, ModelReply, ModelRequest
 
-__all__ = ["EchoModel", "ScriptedModel"]
+__all__ = ["EchoModel", "ScriptCall", "ScriptStep", "ScriptedModel"]
 
 Step = str | dict[str, Any] | Callable[[list[Message]], "str | dict[str, Any]"]
+
+
+class ScriptCall(BaseModel):
+    """A tool call in a script step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """The tool to call."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Its arguments."""
+    arguments: str | None = None
+    """Its arguments as raw JSON text, sent as written (malformed ones too); wins over `args`."""
+    id: str | None = None
+    """The tool-use id; default `call_<step>_<n>`."""
+
+
+class ScriptStep(BaseModel):
+    """A step written as a mapping (a plain string is the final answer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = ""
+    """The reply's text; `{last_tool_result}` is replaced by the last tool result."""
+    tool_calls: list[ScriptCall] = Field(default_factory=list)
+    """Tool calls the reply makes."""
 
 
 class EchoModel:
@@ -47,11 +76,35 @@ class ScriptedModel:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
-        """Load a script from a YAML list of steps."""
-        steps = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or []
+        """Load a script from a YAML list of steps.
+
+        Raises:
+            ConfigError: listing every malformed step, each naming the file, the step and the key.
+        """
+        path = Path(path)
+        try:
+            steps = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
         if not isinstance(steps, list):
-            raise ValueError(f"{path}: a mock script must be a YAML list of steps")
-        return cls(steps, name=Path(path).stem)
+            raise ConfigError(
+                f"{path}: a mock script must be a YAML list of steps, got {type(steps).__name__}"
+            )
+        problems: list[str] = []
+        for number, step in enumerate(steps, start=1):
+            if isinstance(step, dict):
+                try:
+                    ScriptStep.model_validate(step)
+                except ValidationError as err:
+                    problems += describe(err, f"{path}: step {number}", ScriptStep)
+            elif not isinstance(step, str):
+                problems.append(
+                    f"{path}: step {number}: must be the answer's text or a mapping of text: "
+                    f"and tool_calls:, got {step!r}"
+                )
+        if problems:
+            raise ConfigError(problems)
+        return cls(steps, name=path.stem)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Answer with the step for this point of the conversation."""

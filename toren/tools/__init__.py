@@ -10,7 +10,9 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toren._problems import did_you_mean
 from toren._tool import Tool
+from toren.errors import ConfigError
 
 if TYPE_CHECKING:
     from toren._config import AgentConfig
@@ -50,11 +52,11 @@ def builtin_tools(config: AgentConfig, path: Path) -> tuple[list[Tool], list[str
                 "which grants bash plus the workspace file tools together"
             )
         elif name not in BUILTINS:
-            known = ", ".join(sorted(BUILTINS))
-            problems.append(f"{path}: builtin_tools: unknown built-in {name!r} (known: {known})")
+            hint = did_you_mean(name, sorted(BUILTINS))
+            problems.append(f"{path}: builtin_tools: unknown built-in {name!r}{hint}")
         else:
             wanted.append((name, BUILTINS[name][0]))
-    if config.sandbox:
+    if config.sandbox is not None:
         wanted.append(("sandbox", SANDBOX_MODULE))
     for name, module_name in wanted:
         try:
@@ -64,6 +66,8 @@ def builtin_tools(config: AgentConfig, path: Path) -> tuple[list[Tool], list[str
             continue
         try:
             tools += module.tools(config, name)
-        except Exception as err:  # a bad option block names itself in the message
-            problems.append(f"{path}: {name}: {err}")
+        except ConfigError as err:  # e.g. bash cannot be jailed on this worker
+            problems += [f"{path}: {name}: {p}" for p in err.problems]
+        except Exception as err:  # a broken built-in: one problem among the others
+            problems.append(f"{path}: {name}: {type(err).__name__}: {err}")
     return tools, problems

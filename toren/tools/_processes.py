@@ -45,11 +45,9 @@ def _native(args: Any, ctx: ToolContext) -> str:
 
 
 def tools(config: AgentConfig, name: str) -> list[Tool]:
-    """`run_process` or `check_run` for `config`'s processes."""
+    """`run_process` or `check_run` for `config`'s processes (`AgentConfig` ensures some)."""
     names = sorted(config.processes)
     if name == "run_process":
-        if not names:
-            raise ValueError("run_process needs `processes:` in agent.yaml (none declared)")
         tool = define_tool(
             name="run_process",
             description="Start one of these background processes and return its run_id "

@@ -52,15 +52,14 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toren._config import AgentConfig, SandboxConfig
 from toren._tool import Tool, ToolContext, define_tool
 from toren.errors import ConfigError
 from toren.tools._sandbox._files import (
@@ -73,10 +72,7 @@ from toren.tools._sandbox._files import (
 )
 from toren.tools._sandbox._jail import KEEP_CHARS, SANDBOX_PATH, Jail, probe
 
-if TYPE_CHECKING:
-    from toren._config import AgentConfig
-
-__all__ = ["SandboxError", "SandboxOptions", "parse_options", "tools"]
+__all__ = ["SandboxError", "tools"]
 
 log = logging.getLogger("toren")
 
@@ -85,73 +81,6 @@ MAX_TIMEOUT_S = 600
 TIMEOUT_MARGIN_MS = 30_000
 """bash's activity timeout exceeds MAX_TIMEOUT_S by this much, so our own kill always wins and
 the model gets the output so far instead of a bare `timed out`."""
-RESERVED_ENV = ("HOME", "LANG", "PATH", "TOREN_IDEMPOTENCY_KEY")
-"""Names the sandbox sets itself; an `env:` entry may not override them."""
-
-_KEYS = ("approval", "env", "network", "unconfined")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class SandboxOptions:
-    """The `sandbox:` block of agent.yaml, checked."""
-
-    network: bool = False
-    """Share the worker's network; otherwise the sandbox has only its own loopback."""
-    approval: Literal["always", "never"] = "always"
-    """bash's approval policy (the file tools never ask)."""
-    env: tuple[str, ...] = ()
-    """Declared env names whose values are passed into the sandbox."""
-    unconfined: bool = False
-    """The agent accepts running bash without bwrap if the operator also allows it."""
-
-
-def parse_options(config: AgentConfig) -> SandboxOptions:
-    """Check `config.sandbox` (`true` or a block) and return its options.
-
-    Raises:
-        ConfigError: listing every bad key, each saying how to fix it.
-    """
-    raw: Any = config.sandbox
-    if raw is True:
-        return SandboxOptions()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"must be true, false or a block of {', '.join(_KEYS)}; got {raw!r}")
-    problems: list[str] = []
-    for key in raw:
-        if key not in _KEYS:
-            problems.append(f"unknown key {key!r} (known: {', '.join(_KEYS)})")
-    network = raw.get("network", False)
-    unconfined = raw.get("unconfined", False)
-    approval = raw.get("approval", "always")
-    names = raw.get("env", [])
-    for key, value in (("network", network), ("unconfined", unconfined)):
-        if not isinstance(value, bool):
-            problems.append(f"{key}: must be true or false, got {value!r}")
-    if approval not in ("always", "never"):
-        problems.append(f"approval: must be 'always' or 'never', got {approval!r}")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        problems.append(f"env: must be a list of env names, got {names!r}")
-        names = []
-    declared = set(config.env.required) | set(config.env.optional)
-    for name in names:
-        if not _ENV_NAME.match(name):
-            problems.append(f"env: {name!r} is not a valid variable name")
-        elif name in RESERVED_ENV:
-            problems.append(f"env: {name!r} is set by the sandbox itself; remove it")
-    undeclared = [
-        n for n in names if _ENV_NAME.match(n) and n not in RESERVED_ENV and n not in declared
-    ]
-    if undeclared:
-        problems.append(
-            f"env: {', '.join(map(repr, undeclared))} not declared in agent.yaml `env` "
-            "(add them under env.required or env.optional)"
-        )
-    if problems:
-        raise ConfigError(problems)
-    return SandboxOptions(
-        network=network, approval=approval, env=tuple(names), unconfined=unconfined
-    )
 
 
 def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
@@ -161,10 +90,11 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
     worker's environment, and runs bwrap once to check it works here.
 
     Raises:
-        ConfigError: the block is invalid, or bash cannot be jailed on this worker and the
-            agent and operator did not both opt into unconfined mode.
+        ConfigError: bash cannot be jailed on this worker, and the agent and the operator did
+            not both opt into unconfined mode. (The block itself is checked by `AgentConfig`.)
     """
-    options = parse_options(config)
+    # `sandbox: true` arrives as the defaults; a config without a sandbox gets them too.
+    options = config.sandbox or SandboxConfig()
     root = workspace_root(os.environ)
     jail = Jail(bwrap=_find_bwrap(config.name, options), network=options.network)
     return [
@@ -175,7 +105,7 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
     ]
 
 
-def _find_bwrap(agent: str, options: SandboxOptions) -> str | None:
+def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
     """The path of a working bwrap, or None when unconfined mode is allowed; else raise."""
     bwrap = shutil.which("bwrap")
     if bwrap:
@@ -255,7 +185,7 @@ class EditFileArgs(BaseModel):
     replace_all: bool = Field(False, description="Replace every occurrence, not just one.")
 
 
-def _bash_tool(options: SandboxOptions, jail: Jail, root: Path) -> Tool:
+def _bash_tool(options: SandboxConfig, jail: Jail, root: Path) -> Tool:
     if jail.bwrap:
         net = "has network access" if options.network else "has no network access"
         where = f"Run a bash command in an isolated sandbox that {net}."
@@ -358,7 +288,7 @@ def _edit_file_tool(root: Path) -> Tool:
     )
 
 
-def _sandbox_env(options: SandboxOptions, env: Mapping[str, str], key: str) -> dict[str, str]:
+def _sandbox_env(options: SandboxConfig, env: Mapping[str, str], key: str) -> dict[str, str]:
     """The sandbox's whole environment: fixed names, the call's key and the listed env."""
     result = {n: env[n] for n in options.env if n in env}
     result.update(PATH=SANDBOX_PATH, LANG="C.UTF-8", TOREN_IDEMPOTENCY_KEY=key)
