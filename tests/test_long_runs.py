@@ -10,12 +10,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.conftest import DevServer, task_failures, wait_for
 from toren import client as toren_client
+from toren.models import ScriptedModel
 from toren.worker import serve
 
 COUNT = """
@@ -129,3 +131,48 @@ async def test_toren_replay_checks_every_run_of_a_chain(
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{runs} of {runs} histories replay against this code" in out.stdout
+
+
+BIG = """
+from toren import define_tool
+
+def big(args, ctx):
+    return str(args.get("n", 0)) + "x" * 250_000
+
+tool = define_tool(description="A big result.", input={"type": "object", "properties": {"n": {"type": "integer"}}}, handler=big)
+"""
+
+
+async def test_a_transcript_past_two_mib_continues_as_new_by_reference(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    # Twelve 250 KB results: the transcript passes the 2 MiB payload limit before the run
+    # continues as new; carried whole, that continue-as-new command would fail forever.
+    turns = 12
+    seen: dict[str, Any] = {}
+
+    def final(messages: list[dict[str, Any]]) -> str:
+        results = [m["content"] for m in messages if m.get("role") == "tool"]
+        seen["results"] = [r[:2] for r in results]
+        seen["bytes"] = sum(len(r) for r in results)
+        return "read them all"
+
+    steps = [{"tool_calls": [{"name": "big", "args": {"n": i}}]} for i in range(turns)]
+    folder = make_agent(
+        tools={"big": BIG}, limits={"continueAsNewAfterMB": 2.6, "maxStepsPerTask": turns + 2}
+    )
+    async with serve(client, [folder]) as runtime:
+        runtime.agents[folder.name].provider = ScriptedModel([*steps, final])
+        handle = await toren_client.start_run(client, folder.name, "go")
+        result = await asyncio.wait_for(handle.result(), timeout=120)
+    assert result.text == "read them all" and result.tool_calls == turns
+    # The model's last step saw every result, the ones from the earlier run included.
+    assert seen["results"] == [f"{i}x" if i < 10 else str(i) for i in range(turns)]
+    assert seen["bytes"] > 2 * 1024 * 1024
+    chain = await run_chain(client, handle.id)
+    assert len(chain) >= 2
+    for run_id in chain:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        assert not task_failures(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        assert started.input.ByteSize() < 64 * 1024, "the carried state stays small"

@@ -20,11 +20,13 @@ from typing import Any
 
 __all__ = [
     "EMPTY_DIGEST",
+    "SEGMENT_PAGE_BYTES",
     "TranscriptCache",
     "TranscriptRef",
     "assemble",
     "chain",
     "digest_of",
+    "page_of",
     "tool_message",
 ]
 
@@ -201,20 +203,43 @@ class TranscriptRef:
         return {"run_id": run_id, "count": self.count, "digest": self.digest}
 
 
+SEGMENT_PAGE_BYTES = 1_000_000
+"""Largest page of messages one `transcript_segment` answer carries (the limit is 2 MB)."""
+
+
+def page_of(messages: list[Message], start: int) -> list[Message]:
+    """Messages from `start` on, as many as fit in `SEGMENT_PAGE_BYTES` (at least one)."""
+    page: list[Message] = []
+    size = 0
+    for message in messages[start:]:
+        size += len(json.dumps(message, ensure_ascii=False))
+        if page and size > SEGMENT_PAGE_BYTES:
+            break
+        page.append(message)
+    return page
+
+
 async def assemble(
-    segment_of: Callable[[str | None], Awaitable[dict[str, Any]]],
+    segment_of: Callable[[str | None, int], Awaitable[dict[str, Any]]],
 ) -> list[Message]:
     """The whole transcript of a chain of runs, from the newest run back.
 
-    `segment_of(run_id)` queries a run's `transcript_segment` (`None`: the run being served).
-    Each run holds its own messages and names the run before it; a run that closed (continued
-    as new) answers by replaying its history on a worker.
+    `segment_of(run_id, start)` queries a run's `transcript_segment` from index `start`
+    (`run_id` `None`: the run being served). Each run holds its own messages and names the run
+    before it; a run that closed (continued as new) answers by replaying its history on a
+    worker.
     """
     segments: list[list[Message]] = []
     run_id: str | None = None
     while True:
-        segment = await segment_of(run_id)
-        segments.append(list(segment.get("messages") or []))
+        own: list[Message] = []
+        while True:
+            segment = await segment_of(run_id, len(own))
+            page = list(segment.get("messages") or [])
+            own += page
+            if not page or len(own) >= int(segment.get("total", len(own))):
+                break
+        segments.append(own)
         prior = segment.get("prior")
         if not prior:
             break

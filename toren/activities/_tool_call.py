@@ -59,9 +59,9 @@ async def read_transcript(run_key: str) -> list[dict[str, Any]]:
     workflow_id, _, run_id = run_key.rpartition("/")
     client = activity.client()
 
-    async def segment_of(prior: str | None) -> dict[str, Any]:
+    async def segment_of(prior: str | None, start: int) -> dict[str, Any]:
         handle = client.get_workflow_handle(workflow_id, run_id=prior or run_id or None)
-        segment: dict[str, Any] = await handle.query("transcript_segment")
+        segment: dict[str, Any] = await handle.query("transcript_segment", start)
         return segment
 
     return await assemble(segment_of)

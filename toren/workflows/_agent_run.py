@@ -24,7 +24,7 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from toren._transcript import TranscriptRef
+    from toren._transcript import TranscriptRef, page_of
     from toren._types import (
         AgentSpec,
         Decision,
@@ -377,12 +377,19 @@ class AgentRun:
         return list(self._run.refused)
 
     @workflow.query(
-        description="This run's part of the transcript and the run before it (toren.call_model "
-        "follows the chain)."
+        description="A page of this run's part of the transcript, from index `start`, and the "
+        "run before it (toren.call_model follows the chain)."
     )
-    def transcript_segment(self) -> dict[str, Any]:
-        """`{"prior": {"run_id", "count", "digest"} | None, "messages": [...]}`."""
-        return {"prior": self._run.prior, "messages": self._run.messages}
+    def transcript_segment(self, start: int = 0) -> dict[str, Any]:
+        """`{"prior": {"run_id", "count", "digest"} | None, "total": n, "messages": [...]}`.
+
+        A page stays under `SEGMENT_PAGE_BYTES`, so the answer fits Temporal's payload limit.
+        """
+        return {
+            "prior": self._run.prior,
+            "total": len(self._run.messages),
+            "messages": page_of(self._run.messages, start),
+        }
 
     @workflow.query(description="The messages this run holds, from index `start`.")
     def transcript(self, start: int = 0, end: int | None = None) -> list[Message]:
