@@ -4,6 +4,7 @@ budgets and step count; approvals and queries keep working by workflow id."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -142,6 +143,18 @@ def big(args, ctx):
 tool = define_tool(description="A big result.", input={"type": "object", "properties": {"n": {"type": "integer"}}}, handler=big)
 """
 
+CENSUS = """
+import json
+from toren import define_tool
+
+async def census(args, ctx):
+    # ctx.get_messages asks the run, which asks the runs it continued from, page by page.
+    messages = await ctx.get_messages()
+    return json.dumps([m["content"][:2] for m in messages if m.get("role") == "tool"])
+
+tool = define_tool(description="Which results are there?", handler=census)
+"""
+
 
 async def test_a_transcript_past_two_mib_continues_as_new_by_reference(
     client: Client, make_agent: Callable[..., Path]
@@ -153,21 +166,27 @@ async def test_a_transcript_past_two_mib_continues_as_new_by_reference(
 
     def final(messages: list[dict[str, Any]]) -> str:
         results = [m["content"] for m in messages if m.get("role") == "tool"]
-        seen["results"] = [r[:2] for r in results]
+        seen["results"] = [r[:2] for r in results[:-1]]
         seen["bytes"] = sum(len(r) for r in results)
+        seen["census"] = json.loads(results[-1])
         return "read them all"
 
     steps = [{"tool_calls": [{"name": "big", "args": {"n": i}}]} for i in range(turns)]
+    steps.append({"tool_calls": [{"name": "census", "args": {}}]})
     folder = make_agent(
-        tools={"big": BIG}, limits={"continueAsNewAfterMB": 2.6, "maxStepsPerTask": turns + 2}
+        tools={"big": BIG, "census": CENSUS},
+        limits={"continueAsNewAfterMB": 2.6, "maxStepsPerTask": turns + 3},
     )
     async with serve(client, [folder]) as runtime:
         runtime.agents[folder.name].provider = ScriptedModel([*steps, final])
         handle = await toren_client.start_run(client, folder.name, "go")
         result = await asyncio.wait_for(handle.result(), timeout=120)
-    assert result.text == "read them all" and result.tool_calls == turns
-    # The model's last step saw every result, the ones from the earlier run included.
-    assert seen["results"] == [f"{i}x" if i < 10 else str(i) for i in range(turns)]
+    assert result.text == "read them all" and result.tool_calls == turns + 1
+    # The model's last step saw every result, the ones from the earlier run included, and so
+    # did a tool reading the conversation through the chain of runs.
+    expected = [f"{i}x" if i < 10 else str(i) for i in range(turns)]
+    assert seen["results"] == expected
+    assert seen["census"] == expected
     assert seen["bytes"] > 2 * 1024 * 1024
     chain = await run_chain(client, handle.id)
     assert len(chain) >= 2

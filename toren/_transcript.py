@@ -168,10 +168,13 @@ class TranscriptRef:
         self.digest = str(prior["digest"]) if prior else EMPTY_DIGEST
         for message in messages:
             self.digest = chain(self.digest, message)
-        self.since = self.count
-        """Index of the first message not produced by an earlier `call_model` of this run."""
-        self.tail: list[dict[str, Any]] = []
-        """How `call_model` finds each message from `since` on (see `ModelCallInput.tail`)."""
+        self.since = int(prior.get("since", self.count)) if prior and not messages else self.count
+        """Index of the first message not produced by an earlier `call_model` of the chain."""
+        self.tail: list[dict[str, Any]] = list(prior.get("tail") or []) if prior else []
+        """How `call_model` finds each message from `since` on (see `ModelCallInput.tail`).
+
+        Carried across continue-as-new, so the worker that served the last model call finds the
+        conversation in its cache instead of asking the runs of the chain for it."""
 
     @property
     def count(self) -> int:
@@ -200,7 +203,13 @@ class TranscriptRef:
 
     def reference(self, run_id: str) -> dict[str, Any]:
         """The whole transcript by reference, for the next run of the chain."""
-        return {"run_id": run_id, "count": self.count, "digest": self.digest}
+        return {
+            "run_id": run_id,
+            "count": self.count,
+            "digest": self.digest,
+            "since": self.since,
+            "tail": self.tail,
+        }
 
 
 SEGMENT_PAGE_BYTES = 1_000_000

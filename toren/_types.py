@@ -122,8 +122,8 @@ class RunState:
     messages: list[Message] = field(default_factory=list)
     """The transcript: all of it in the first run; in a continued run, the messages since."""
     prior: dict[str, Any] | None = None
-    """The transcript before this run, by reference: `{"run_id", "count", "digest"}` of the
-    run it continued from (whose `transcript_segment` query holds the rest), so the carried
+    """The transcript before this run, by reference: `{"run_id", "count", "digest", "since",
+    "tail"}` of the run it continued from (whose `transcript_segment` query holds the rest), so the carried
     state does not grow with the conversation."""
     step: int = 0
     """Model turns taken, across the chain."""

@@ -181,7 +181,10 @@ class AgentRuntime:
             input.run_key, input.count, input.digest, input.since, input.tail
         )
         if messages is None:
-            messages = await self._fetch_transcript(input.run_key, input.count)
+            # Asking a run that continued as new replays its history on a worker: it can take
+            # longer than the heartbeat timeout.
+            async with _heartbeating():
+                messages = await self._fetch_transcript(input.run_key, input.count)
         _, _, model_name = input.model.partition("/")
         request = ModelRequest(
             model=model_name,
