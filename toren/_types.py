@@ -123,8 +123,8 @@ class RunState:
     """The transcript: all of it in the first run; in a continued run, the messages since."""
     prior: dict[str, Any] | None = None
     """The transcript before this run, by reference: `{"run_id", "count", "digest", "since",
-    "tail"}` of the run it continued from (whose `transcript_segment` query holds the rest), so the carried
-    state does not grow with the conversation."""
+    "tail"}` of the run it continued from (whose `transcript_segment` query holds the rest),
+    so the carried state does not grow with the conversation."""
     step: int = 0
     """Model turns taken, across the chain."""
     tool_calls: int = 0
