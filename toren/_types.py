@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DEFAULT_TOOL_ATTEMPTS",
+    "DEFAULT_TOOL_TIMEOUT_MS",
     "AgentSpec",
     "ApprovalCheck",
     "Decision",
@@ -24,6 +26,11 @@ __all__ = [
     "ToolCallResult",
     "ToolSpec",
 ]
+
+DEFAULT_TOOL_TIMEOUT_MS = 120_000
+"""`timeout_ms` of a tool that declares none: two minutes suits an interactive agent."""
+DEFAULT_TOOL_ATTEMPTS = 3
+"""`max_attempts` of a tool that declares none (and no `limits.maxAttemptsPerTask`)."""
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
@@ -123,8 +130,8 @@ class RunState:
     """The transcript: all of it in the first run; in a continued run, the messages since."""
     prior: dict[str, Any] | None = None
     """The transcript before this run, by reference: `{"run_id", "count", "digest", "since",
-    "tail"}` of the run it continued from (whose `transcript_segment` query holds the rest), so the carried
-    state does not grow with the conversation."""
+    "tail"}` of the run it continued from (whose `transcript_segment` query holds the rest),
+    so the carried state does not grow with the conversation."""
     step: int = 0
     """Model turns taken, across the chain."""
     tool_calls: int = 0
