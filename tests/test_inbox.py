@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
 from tests.conftest import DevServer, fetch_history, task_failures, wait_for
+from toren import UsageError
 from toren import _search_attributes as search_attributes
 from toren import client as toren_client
 from toren.connect import connect
@@ -135,3 +138,62 @@ async def _connect_when_ready(address: str, namespace: str) -> Client | None:
         return c
     except Exception:
         return None
+
+
+async def test_the_inbox_lists_only_running_runs_and_checks_agent_names(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {}}]}, "done"],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        listed = await wait_for(lambda: toren_client.inbox(client, agent=folder.name), timeout=30)
+        assert [i.run_id for i in listed] == [handle.id]
+        await handle.terminate("gone")
+        # Its TorenStatus stays "waiting_approval" (a terminated run upserts nothing more).
+        await wait_for(lambda: _empty(toren_client.inbox(client, agent=folder.name)), timeout=30)
+        desc = await handle.describe()
+        assert desc.typed_search_attributes.get(STATUS) == "waiting_approval"
+    for bad in ['x" OR TorenAgent != "y', "Support", ""]:
+        with pytest.raises(UsageError, match="is not an agent name"):
+            await toren_client.inbox(client, agent=bad)
+
+
+async def test_attributes_of_the_wrong_type_are_skipped_with_a_warning(
+    client: Client,
+    make_agent: Callable[..., Path],
+    dev_server: DevServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    namespace = f"typo-{uuid.uuid4().hex[:8]}"
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(namespace=namespace, workflow_execution_retention_period=_days(1))
+    )
+    wrong = await wait_for(lambda: _connect_when_ready(dev_server.address, namespace), timeout=60)
+    await wrong.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=namespace,
+            search_attributes={
+                "TorenAgent": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+                "TorenStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+                "TorenPendingApprovals": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+            },
+        )
+    )
+    folder = make_agent(
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {}}]}, "done"],
+    )
+    caplog.set_level(logging.WARNING, logger="toren")
+    async with serve(wrong, [folder]):
+        handle = await toren_client.start_run(wrong, folder.name, "go")
+        await wait_for(lambda: toren_client.pending(wrong, handle.id))
+        await toren_client.approve(wrong, handle.id, "g1")
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert result.text == "done"
+    assert "TorenPendingApprovals is registered as Keyword but toren needs Int" in caplog.text
+    assert not task_failures(await fetch_history(wrong, handle.id))
+    desc = await handle.describe()
+    assert desc.typed_search_attributes.get(STATUS) == "completed"  # the right ones are set

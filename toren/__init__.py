@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         StoreError,
         ToolError,
         TorenError,
+        UsageError,
         WebSearchError,
     )
     from toren.models import ModelProvider, ModelReply, ModelRequest
@@ -77,6 +78,7 @@ __all__ = [
     "ToolResult",
     "TorenError",
     "TorenPlugin",
+    "UsageError",
     "Variable",
     "WebSearchError",
     "define_tool",

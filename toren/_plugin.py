@@ -8,11 +8,12 @@ worker = Worker(client, task_queue="support", plugins=[TorenPlugin(runtime)])
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from toren import _storage as storage
@@ -27,11 +28,19 @@ PASSTHROUGH = ("toren", "jsonschema", "referencing", "rpds", "attrs", "attr", "p
 """Modules the sandbox shares with the worker: pure and deterministic, or toren's own types."""
 
 
-def workflow_runner() -> WorkflowRunner:
-    """The sandboxed runner `AgentRun` needs (jsonschema is passed through, not re-imported)."""
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-    )
+def workflow_runner(existing: WorkflowRunner | None = None) -> WorkflowRunner:
+    """The sandboxed runner `AgentRun` needs: `existing` with toren's modules passed through.
+
+    The sandbox then shares them instead of re-importing them per run. A worker's own runner
+    keeps its restrictions; toren only adds its pass-throughs. A runner that is not sandboxed
+    needs nothing.
+    """
+    if existing is None:
+        existing = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default)
+    if not isinstance(existing, SandboxedWorkflowRunner):
+        return existing
+    restrictions = existing.restrictions.with_passthrough_modules(*PASSTHROUGH)
+    return dataclasses.replace(existing, restrictions=restrictions)
 
 
 T = TypeVar("T")
@@ -68,7 +77,18 @@ class TorenPlugin(SimplePlugin):
             "toren.TorenPlugin",
             data_converter=storage.data_converter(payload_store),
             workflows=_adding([AgentRun]),
-            workflow_runner=lambda existing: existing or workflow_runner(),
+            workflow_runner=workflow_runner,
             activities=_adding(activities) if activities else None,
             workflow_failure_exception_types=_adding([RunError]),
         )
+        self._runtime = runtime
+        self._agents = agents
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Install toren on a worker, and note which queue serves the agents' tools."""
+        config = super().configure_worker(config)
+        # Beside the user's workflows the worker still needs toren's runner (a Worker always
+        # has one, the default sandbox, so extend it rather than keep it as it is).
+        if self._runtime is not None and config.get("task_queue"):
+            self._runtime.serve_on(config["task_queue"], self._agents)
+        return config

@@ -41,13 +41,34 @@ async def registered(client: Client) -> list[str]:
     except Exception as err:  # e.g. no operator permission on a hosted namespace
         log.warning("cannot list search attributes (%s); runs will not set them", err)
         return []
-    return [name for name in SEARCH_ATTRIBUTES if name in resp.custom_attributes]
+    have = resp.custom_attributes
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        if name in have and have[name] != kind:
+            # An upsert of the wrong type fails every workflow task (BAD_SEARCH_ATTRIBUTES).
+            log.warning(
+                "search attribute %s is registered as %s but toren needs %s: runs will not set "
+                "it (and the approval inbox cannot use it) until it is re-created with that type",
+                name,
+                _type_name(have[name]),
+                _type_name(kind),
+            )
+    return [name for name, kind in SEARCH_ATTRIBUTES.items() if have.get(name) == kind]
+
+
+def _type_name(kind: IndexedValueType.ValueType) -> str:
+    return IndexedValueType.Name(kind).removeprefix("INDEXED_VALUE_TYPE_").title()
 
 
 async def missing(client: Client) -> list[str]:
-    """The search attributes of toren's that the namespace lacks."""
-    have = await registered(client)
-    return [name for name in SEARCH_ATTRIBUTES if name not in have]
+    """The search attributes of toren's that the namespace lacks (any type)."""
+    try:
+        resp = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except Exception as err:
+        log.warning("cannot list search attributes (%s)", err)
+        return []
+    return [name for name in SEARCH_ATTRIBUTES if name not in resp.custom_attributes]
 
 
 async def register(client: Client) -> list[str]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DEFAULT_TOOL_ATTEMPTS",
+    "DEFAULT_TOOL_TIMEOUT_MS",
     "AgentSpec",
     "ApprovalCheck",
     "Decision",
@@ -24,6 +26,11 @@ __all__ = [
     "ToolCallResult",
     "ToolSpec",
 ]
+
+DEFAULT_TOOL_TIMEOUT_MS = 120_000
+"""`timeout_ms` of a tool that declares none: two minutes suits an interactive agent."""
+DEFAULT_TOOL_ATTEMPTS = 3
+"""`max_attempts` of a tool that declares none (and no `limits.maxAttemptsPerTask`)."""
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""

@@ -34,6 +34,7 @@ from temporalio.service import RPCError
 from toren import client as toren_client
 from toren._agent import load_agent
 from toren._events import EventStream, format_event
+from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.errors import ConfigError, TorenError
 
 __all__ = ["entrypoint", "main"]
@@ -267,15 +268,23 @@ async def cmd_check(args: argparse.Namespace) -> int:
         print(f"  env required: {', '.join(agent.required_env()) or 'none'}")
         if missing:
             print(f"  ! missing here: {', '.join(missing)} (a worker would refuse to start)")
+        defaulted = []
         for tool in agent.tools.values():
-            extra = []
-            if tool.timeout_ms:
-                extra.append(f"timeout_ms={tool.timeout_ms}")
-            if tool.max_attempts:
-                extra.append(f"max_attempts={tool.max_attempts}")
+            timeout = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
+            attempts = tool.max_attempts or limits.max_attempts_per_task or DEFAULT_TOOL_ATTEMPTS
+            marks = ("" if tool.timeout_ms else "*", "" if tool.max_attempts else "*")
+            if not tool.native and "*" in marks:
+                defaulted.append(tool.name or "")
             print(
                 f"  tool {tool.name}: effects={tool.effects} idempotency={tool.idempotency} "
-                f"approval={tool.approval_kind} {' '.join(extra)}".rstrip()
+                f"approval={tool.approval_kind} timeout_ms={timeout}{marks[0]} "
+                f"max_attempts={attempts}{marks[1]}"
+            )
+        if defaulted:
+            print(
+                f"  * not declared by the tool: a default (timeout_ms {DEFAULT_TOOL_TIMEOUT_MS}, "
+                f"max_attempts limits.maxAttemptsPerTask or {DEFAULT_TOOL_ATTEMPTS}); "
+                f"relying on defaults: {', '.join(defaulted)}"
             )
             print(f"    {tool.description}")
             if args.schemas:

@@ -17,6 +17,7 @@ A run is also startable without toren: `AgentRun` takes a plain JSON object
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,8 +28,10 @@ from temporalio.common import SearchAttributeKey
 
 from toren._events import Event, render
 from toren._types import Decision, PendingApproval, RunInput, RunResult
+from toren.errors import UsageError
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 __all__ = [
     "InboxItem",
@@ -186,8 +189,16 @@ async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
 
     Uses the `TorenStatus` search attribute (visibility), then asks each waiting run.
     """
-    query = 'WorkflowType = "AgentRun" AND TorenStatus = "waiting_approval"'
-    if agent:
+    # A run terminated, cancelled or timed out while waiting keeps its last TorenStatus.
+    query = (
+        'WorkflowType = "AgentRun" AND ExecutionStatus = "Running" '
+        'AND TorenStatus = "waiting_approval"'
+    )
+    if agent is not None:
+        if not _AGENT_NAME.match(agent):
+            raise UsageError(
+                f"agent {agent!r} is not an agent name ([a-z][a-z0-9_]*, as in agent.yaml)"
+            )
         query += f' AND TorenAgent = "{agent}"'
     items: list[InboxItem] = []
     async for execution in client.list_workflows(query):

@@ -12,6 +12,7 @@ TorenError                  root of everything toren raises to a user
 │   ├── WebSearchError      the search service refused or answered nonsense
 │   ├── SqlQueryError       the query was refused or failed
 │   └── SandboxError        a workspace path or command the model got wrong
+├── UsageError              a call to toren's API with a wrong argument (also a ValueError)
 ├── StoreError              the payload or attachment store cannot store or find something
 │   └── AttachmentError     a file cannot be attached or an attachment cannot be read
 └── RunError                a run ended by a budget or a deterministic mistake; a workflow
@@ -44,6 +45,7 @@ __all__ = [
     "StoreError",
     "ToolError",
     "TorenError",
+    "UsageError",
     "WebSearchError",
 ]
 
@@ -131,6 +133,10 @@ class SqlQueryError(ToolError):
 
 class SandboxError(ToolError):
     """A sandbox tool call the model got wrong; the message says how to fix it."""
+
+
+class UsageError(TorenError, ValueError):
+    """A call to toren's API (client, CLI) with a wrong argument; the message says the fix."""
 
 
 # -- stores -----------------------------------------------------------------------------------

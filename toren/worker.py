@@ -57,6 +57,8 @@ def build_workers(
     graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
 ) -> list[Worker]:
     """One worker per task queue of `runtime`'s agents."""
+    for queue, agents in runtime.task_queues().items():
+        runtime.serve_on(queue, agents)
     return [
         Worker(
             client,

@@ -59,6 +59,13 @@ class AgentRuntime:
         self.transcripts = TranscriptCache()
         self.search_attributes: list[str] = []
         """toren's search attributes the namespace has; set by the worker at start."""
+        self.queues: dict[str, set[str]] = {}
+        """Agent → the task queues where a worker registers its tool activities."""
+
+    def serve_on(self, task_queue: str, agents: Sequence[LoadedAgent] | None = None) -> None:
+        """Note that a worker on `task_queue` registers `agents`' tools (default: all)."""
+        for a in agents or self.agents.values():
+            self.queues.setdefault(a.agent.name, set()).add(task_queue)
 
     @classmethod
     def load(
@@ -147,8 +154,26 @@ class AgentRuntime:
 
     @activity.defn(name="toren.agent_spec")
     async def agent_spec(self, agent: str) -> AgentSpec:
-        """Record the agent's spec (schemas and policies) in the run's history."""
-        return self._get(agent).spec(self.search_attributes)
+        """Record the agent's spec (schemas and policies) in the run's history.
+
+        Refuses a run on a task queue where no worker of this runtime registers the agent's
+        tools: its first tool call would retry "activity not registered" forever.
+        """
+        loaded = self._get(agent)
+        queue = activity.info().task_queue
+        served = self.queues.get(agent)
+        if served and queue not in served:
+            where = ", ".join(repr(q) for q in sorted(served))
+            raise ApplicationError(
+                f"agent {agent!r} is served on task queue {where}, not {queue!r}: this worker "
+                f"runs AgentRun on {queue!r} but registers {agent!r}'s tools only there; start "
+                f"the run with task_queue={sorted(served)[0]!r} (toren run and "
+                "toren.client.start_run take it from agent.yaml), or serve the agent on "
+                f"{queue!r} too",
+                type="WrongTaskQueue",
+                non_retryable=True,
+            )
+        return loaded.spec(self.search_attributes)
 
     @activity.defn(name="toren.check_approval")
     async def check_approval(

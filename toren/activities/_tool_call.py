@@ -26,7 +26,7 @@ from toren._schema import validate_args
 from toren._storage import result_limit
 from toren._tool import Tool
 from toren._transcript import assemble
-from toren._types import ToolCallInput, ToolCallResult
+from toren._types import DEFAULT_TOOL_TIMEOUT_MS, ToolCallInput, ToolCallResult
 from toren.activities._loaded import LoadedAgent
 
 __all__ = [
@@ -189,13 +189,11 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
 async def _call(
     tool: Tool, args: Mapping[str, Any], ctx: ToolContext, secrets: Sequence[str]
 ) -> ToolResult:
-    timeout = tool.timeout_ms / 1000 if tool.timeout_ms else None
+    timeout_ms = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
     try:
-        return await asyncio.wait_for(tool.call(args, ctx), timeout)
+        return await asyncio.wait_for(tool.call(args, ctx), timeout_ms / 1000)
     except TimeoutError:
-        return ToolResult(
-            status="error", error=f"tool {tool.name} timed out after {tool.timeout_ms}ms"
-        )
+        return ToolResult(status="error", error=f"tool {tool.name} timed out after {timeout_ms}ms")
     except ValidationError as err:
         return ToolResult(
             status="error", error=f"invalid arguments for {tool.name}: {validation_text(err)}"

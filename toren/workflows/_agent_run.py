@@ -144,8 +144,10 @@ class AgentRun:
                 summary=f"load spec of {agent}",
             )
         except ActivityError as err:
+            cause = err.cause
+            kind = cause.type if isinstance(cause, ApplicationError) and cause.type else None
             raise RunError(
-                f"cannot load agent {agent!r}: {err.cause or err}", kind="UnknownAgent"
+                f"cannot load agent {agent!r}: {cause or err}", kind=kind or "UnknownAgent"
             ) from None
         return spec
 

@@ -21,6 +21,8 @@ with workflow.unsafe.imports_passed_through():
     from toren._schema import validate_args
     from toren._transcript import tool_message
     from toren._types import (
+        DEFAULT_TOOL_ATTEMPTS,
+        DEFAULT_TOOL_TIMEOUT_MS,
         AgentSpec,
         ApprovalCheck,
         Decision,
@@ -40,8 +42,6 @@ Message = dict[str, Any]
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 """A worker that stops heartbeating this long is taken as dead and the call is retried."""
-DEFAULT_TOOL_TIMEOUT = timedelta(minutes=30)
-"""Start-to-close for a tool without `timeout_ms` (heartbeats catch a dead worker sooner)."""
 LOCAL_TOOL_MAX_MS = 10_000
 """Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
 
@@ -157,14 +157,10 @@ class ToolCalls:
     async def _execute(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
         spec = self._spec
         info = workflow.info()
-        max_attempts = tool.max_attempts or spec.max_attempts
-        if tool.timeout_ms:
-            # Above the handler's own race, so the handler's timeout result wins.
-            close = timedelta(milliseconds=tool.timeout_ms) + max(
-                timedelta(seconds=5), timedelta(milliseconds=tool.timeout_ms) / 10
-            )
-        else:
-            close = DEFAULT_TOOL_TIMEOUT
+        max_attempts = tool.max_attempts or spec.max_attempts or DEFAULT_TOOL_ATTEMPTS
+        timeout = timedelta(milliseconds=tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS)
+        # Above the handler's own race, so the handler's timeout result wins.
+        close = timeout + max(timedelta(seconds=5), timeout / 10)
         call_input = ToolCallInput(
             run_key=f"{info.workflow_id}/{info.run_id}",
             call_id=use_id,
@@ -175,9 +171,7 @@ class ToolCalls:
             arguments=self._input.arguments or None,
             attachments=self._input.attachments or None,
         )
-        retry = RetryPolicy(
-            initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts or 0
-        )
+        retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts)
         activity_type = f"{spec.name}.{tool.name}"
         try:
             if _runs_locally(tool):
@@ -205,11 +199,9 @@ class ToolCalls:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
-            if max_attempts:
-                return ToolCallResult(
-                    f"tool {tool.name} failed closed after {max_attempts} attempts", True
-                )
-            return ToolCallResult(f"tool {tool.name} failed: {err.cause or err}", True)
+            return ToolCallResult(
+                f"tool {tool.name} failed closed after {max_attempts} attempts", True
+            )
 
 
 def _runs_locally(tool: ToolSpec) -> bool:
