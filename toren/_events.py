@@ -291,6 +291,8 @@ class _Renderer:
                 text=message.get("content", ""),
                 toolCalls=message.get("tool_calls", []),
                 usage=result.get("usage", {}),
+                # `length`: cut at maxTokens (the model is told when it cut a tool call).
+                finishReason=result.get("finish_reason") or None,
             )
         elif "." in info["name"] and not info["name"].startswith("toren."):
             tool = info["name"].split(".", 1)[1]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CUT_AT_MAX_TOKENS",
     "AgentSpec",
     "ApprovalCheck",
     "Decision",
@@ -27,6 +28,9 @@ __all__ = [
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
+
+CUT_AT_MAX_TOKENS = "length"
+"""The `finish_reason` of a model reply cut at `maxTokens`, whatever the provider's own word."""
 
 
 @dataclass
@@ -178,6 +182,9 @@ class ModelCallResult:
     message: Message
     usage: dict[str, int] = field(default_factory=dict)
     model: str = ""
+    finish_reason: str = ""
+    """Why the model stopped: `stop`, `tool_calls`, `length` (`CUT_AT_MAX_TOKENS`), or the
+    provider's own word; empty in histories recorded before toren kept it."""
 
 
 @dataclass

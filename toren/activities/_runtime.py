@@ -217,7 +217,9 @@ class AgentRuntime:
                 ) from err
         message = cut_message(reply.message())
         self.transcripts.store(input.run_key, [*messages, message])
-        return ModelCallResult(message=message, usage=reply.usage, model=reply.model)
+        return ModelCallResult(
+            message=message, usage=reply.usage, model=reply.model, finish_reason=reply.finish_reason
+        )
 
     async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
         return (await read_transcript(run_key))[:count]

@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from toren._transcript import TranscriptRef, page_of
     from toren._types import (
+        CUT_AT_MAX_TOKENS,
         AgentSpec,
         Decision,
         ModelCallInput,
@@ -233,7 +234,7 @@ class AgentRun:
                     tool_calls=run.tool_calls,
                     usage=dict(run.usage),
                 )
-            await self._run_turn(calls)
+            await self._run_turn(calls, cut=reply.finish_reason == CUT_AT_MAX_TOKENS)
 
     async def _call_model(self) -> ModelCallResult:
         spec, run, transcript = self._spec, self._run, self._transcript
@@ -268,18 +269,20 @@ class AgentRun:
         transcript.model_replied(reply.message)
         return reply
 
-    async def _run_turn(self, calls: list[dict[str, Any]]) -> None:
+    async def _run_turn(self, calls: list[dict[str, Any]], cut: bool = False) -> None:
         """Run one turn's calls concurrently, then what they queued, then apply their changes.
 
         Results enter the transcript in call order; so do state writes (the last writer in call
         order wins). Queued tools run after the turn's calls, as if the model had asked for
-        them; injected messages come last, right before the model's next step.
+        them; injected messages come last, right before the model's next step. `cut`: the
+        model's reply was cut at `maxTokens`, so its unreadable arguments are explained as such.
         """
         run = self._run
         injected: list[Message] = []
         rounds = 0
         while calls:
-            outcomes = await asyncio.gather(*(self._calls.run_call(c) for c in calls))
+            outcomes = await asyncio.gather(*(self._calls.run_call(c, cut) for c in calls))
+            cut = False  # queued calls come from tools, whole
             queued: list[dict[str, Any]] = []
             for outcome in outcomes:
                 self._transcript.append(outcome.message, outcome.ref)
