@@ -279,6 +279,25 @@ async def test_openai_request_shape_with_tools_and_results() -> None:
     }
 
 
+async def test_model_settings_reach_both_request_bodies_only_when_set() -> None:
+    settings = {"temperature": 0.0, "top_p": 0.9, "seed": 7, "stop": ["END"]}
+    request = ModelRequest(
+        model="m", system="", messages=[{"role": "user", "content": "hi"}], settings=settings
+    )
+    recorder = answering(200, OPENAI_TEXT)
+    await openai(recorder).complete(request)
+    assert {k: recorder.body[k] for k in settings} == settings
+    recorder = answering(200, ANTHROPIC_TEXT)
+    request.settings = {"temperature": 0.0, "top_p": 0.9, "stop": ["END"]}
+    await anthropic(recorder).complete(request)
+    assert recorder.body["temperature"] == 0.0 and recorder.body["top_p"] == 0.9
+    assert recorder.body["stop_sequences"] == ["END"] and "stop" not in recorder.body
+    for make, reply in ((openai, OPENAI_TEXT), (anthropic, ANTHROPIC_TEXT)):
+        recorder = answering(200, reply)
+        await make(recorder).complete(hello())
+        assert not {"temperature", "top_p", "seed", "stop", "stop_sequences"} & set(recorder.body)
+
+
 async def test_openai_tool_calls_without_text_send_null_content() -> None:
     recorder = answering(200, OPENAI_TEXT)
     messages: list[dict[str, Any]] = [

@@ -17,6 +17,7 @@ __all__ = [
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
+    "ModelRetry",
     "PendingApproval",
     "RunInput",
     "RunResult",
@@ -88,6 +89,21 @@ class ToolSpec:
 
 
 @dataclass
+class ModelRetry:
+    """How Temporal retries a failed model call (agent.yaml `modelRetry:`).
+
+    A history recorded before the block existed gets these defaults, the policy it ran with.
+    """
+
+    max_attempts: int = 10
+    """Attempts per model call (the first one included); then the run fails."""
+    initial_interval_s: float = 1.0
+    """Seconds before the first retry; each wait doubles (a 429's Retry-After wins)."""
+    max_interval_s: float = 60.0
+    """The longest wait between two attempts."""
+
+
+@dataclass
 class AgentSpec:
     """An agent's spec, recorded by a local activity at the start of each run."""
 
@@ -107,6 +123,8 @@ class AgentSpec:
     """Continue as new at a turn boundary past this many history bytes."""
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Named processes `run_process` may start: workflow type, task queue, agent."""
+    model_retry: ModelRetry = field(default_factory=ModelRetry)
+    """The retry policy of every model call."""
 
 
 @dataclass

@@ -192,6 +192,7 @@ class AgentRuntime:
                 for t in loaded.agent.tools.values()
             ],
             max_tokens=loaded.agent.config.max_tokens,
+            settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),
         )
         async with _heartbeating():
             try:

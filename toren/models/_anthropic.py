@@ -62,6 +62,10 @@ class AnthropicModel(HTTPModel):
         }
         if request.system:
             body["system"] = request.system
+        for name, value in request.settings.items():
+            # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
+            # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
+            body["stop_sequences" if name == "stop" else name] = value
         if request.tools:
             body["tools"] = [
                 {

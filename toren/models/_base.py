@@ -46,6 +46,8 @@ class ModelRequest:
     """`{"name", "description", "parameters"}` per tool; `parameters` is a JSON Schema."""
     max_tokens: int = 4096
     """Upper bound on tokens in the reply."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`."""
 
 
 @dataclass

@@ -51,6 +51,8 @@ class OpenAIModel(HTTPModel):
             # `max_tokens` rather than `max_completion_tokens`: compatible servers know only the
             # former, and OpenAI still accepts it for non-reasoning models.
             "max_tokens": request.max_tokens,
+            # toren's settings carry the Chat Completions names: temperature, top_p, seed, stop.
+            **request.settings,
         }
         if request.tools:
             body["tools"] = [

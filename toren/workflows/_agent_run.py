@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         Decision,
         ModelCallInput,
         ModelCallResult,
+        ModelRetry,
         PendingApproval,
         RunInput,
         RunResult,
@@ -48,14 +49,19 @@ __all__ = ["AgentRun"]
 Message = dict[str, Any]
 
 MODEL_TIMEOUT = timedelta(minutes=5)
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=10,
-)
+"""Start-to-close of one model attempt (the provider's own HTTP timeout ends it sooner)."""
 MAX_QUEUE_ROUNDS = 10
 """Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
+
+
+def _retry_policy(retry: ModelRetry) -> RetryPolicy:
+    """The model call's retry policy: agent.yaml `modelRetry`, backoff doubling each time."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=retry.initial_interval_s),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=retry.max_interval_s),
+        maximum_attempts=retry.max_attempts,
+    )
 
 
 @workflow.defn(name="AgentRun")
@@ -256,7 +262,7 @@ class AgentRun:
                 start_to_close_timeout=MODEL_TIMEOUT,
                 # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=MODEL_RETRY,
+                retry_policy=_retry_policy(spec.model_retry),
                 summary=f"model step {run.step} ({spec.model})",
             )
         except ActivityError as err:
