@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren._agent import Agent, load_agent, process_specs
+from toren._attempts import carried, with_failure
 from toren._limits import cut_message
 from toren._tool import Tool
 from toren._transcript import TranscriptCache, tool_message
@@ -194,12 +195,19 @@ class AgentRuntime:
             max_tokens=loaded.agent.config.max_tokens,
             settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),
         )
-        async with _heartbeating():
+        info = activity.info()
+        # The failures of this call's earlier attempts, so history keeps every one (_attempts).
+        earlier = carried(info.heartbeat_details)
+        async with _heartbeating(earlier):
             try:
                 reply = await loaded.provider.complete(request)
             except ModelHTTPError as err:
+                text = redact(str(err), loaded.secrets())
+                failed = with_failure(earlier, info.attempt, err.status, text)
+                activity.heartbeat(failed)
                 raise ApplicationError(
-                    redact(str(err), loaded.secrets()),
+                    text,
+                    failed,
                     type="ModelHTTPError",
                     non_retryable=not err.retryable,
                     next_retry_delay=(
@@ -211,8 +219,10 @@ class AgentRuntime:
             except Exception as err:
                 # Not an HTTP failure (those are ModelHTTPError): a bug in a provider or a
                 # scripted step; retrying would only repeat it.
+                text = redact(f"{type(err).__name__}: {err}", loaded.secrets())
                 raise ApplicationError(
-                    redact(f"{type(err).__name__}: {err}", loaded.secrets()),
+                    text,
+                    with_failure(earlier, info.attempt, None, text),
                     type="ModelProviderError",
                     non_retryable=True,
                 ) from err
@@ -246,8 +256,11 @@ class AgentRuntime:
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
-    """Heartbeat in the background, so a dead worker is noticed and cancellation arrives."""
+async def _heartbeating(*details: Any) -> AsyncIterator[None]:
+    """Heartbeat in the background, so a dead worker is noticed and cancellation arrives.
+
+    Each beat carries `details`, which the call's next attempt reads back.
+    """
     if activity.info().is_local:
         # Local activities cannot heartbeat (the SDK core logs a warning for each attempt).
         yield
@@ -258,7 +271,7 @@ async def _heartbeating() -> AsyncIterator[None]:
             # Beat after the first interval, not at once: each beat is a server RPC, most calls
             # end sooner, and the 10 s heartbeat timeout leaves room for the first one.
             await asyncio.sleep(HEARTBEAT_EVERY)
-            activity.heartbeat()
+            activity.heartbeat(*details)
 
     task = asyncio.create_task(beat())
     try:
