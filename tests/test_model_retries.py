@@ -46,6 +46,20 @@ def error(status: int, message: str, headers: dict[str, str] | None = None) -> h
     return httpx.Response(status, json=body, headers=headers or {})
 
 
+async def failed_run(
+    client: Client, folder: Path, handler: Callable[[httpx.Request], httpx.Response]
+) -> tuple[WorkflowFailureError, list[dict[str, Any]]]:
+    """Run `folder` to its failure, its model answered by `handler`: the error and event log."""
+    model = OpenAIModel("sk-x", transport=httpx.MockTransport(handler))
+    async with serve(
+        client, [folder], environ={"OPENAI_API_KEY": "sk-x"}, models={"openai/gpt-4o-mini": model}
+    ):
+        handle = await toren_client.start_run(client, folder.name, "hi")
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+    return err.value, render(await fetch_history(client, handle.id))
+
+
 async def test_429_and_500_are_retried_honouring_retry_after(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
@@ -98,16 +112,9 @@ async def test_model_attempts_are_bounded_and_each_failure_is_logged(
         model="openai/gpt-4o-mini",
         modelRetry={"maxAttempts": 3, "initialIntervalS": 0.1, "maxIntervalS": 0.2},
     )
-    model = OpenAIModel("sk-x", transport=httpx.MockTransport(handler))
-    async with serve(
-        client, [folder], environ={"OPENAI_API_KEY": "sk-x"}, models={"openai/gpt-4o-mini": model}
-    ):
-        handle = await toren_client.start_run(client, folder.name, "hi")
-        with pytest.raises(WorkflowFailureError) as err:
-            await handle.result()
+    err, events = await failed_run(client, folder, handler)
     assert len(calls) == 3
-    assert getattr(err.value.cause, "type", None) == "ModelCallFailed"
-    events = render(await fetch_history(client, handle.id))
+    assert getattr(err.cause, "type", None) == "ModelCallFailed"
     failed = [e for e in events if e["type"] == "LlmCallFailed"]
     assert [(e["attempt"], e["maxAttempts"], e["status"]) for e in failed] == [
         (1, 3, 503), (2, 3, 503), (3, 3, 503),
@@ -125,18 +132,10 @@ async def test_400_fails_the_run_at_once(client: Client, make_agent: Callable[..
         calls.append(1)
         return error(400, "Invalid 'messages[0].role': unknown role")
 
-    folder = make_agent(model="openai/gpt-4o-mini")
-    model = OpenAIModel("sk-x", transport=httpx.MockTransport(handler))
-    async with serve(
-        client, [folder], environ={"OPENAI_API_KEY": "sk-x"}, models={"openai/gpt-4o-mini": model}
-    ):
-        handle = await toren_client.start_run(client, folder.name, "hi")
-        with pytest.raises(WorkflowFailureError) as err:
-            await handle.result()
+    err, events = await failed_run(client, make_agent(model="openai/gpt-4o-mini"), handler)
     assert len(calls) == 1
-    assert getattr(err.value.cause, "type", None) == "ModelCallFailed"
-    assert "unknown role" in str(err.value.cause)
-    events = render(await fetch_history(client, handle.id))
+    assert getattr(err.cause, "type", None) == "ModelCallFailed"
+    assert "unknown role" in str(err.cause)
     assert [e["type"] for e in events][-2:] == ["LlmCallFailed", "RunFailed"]
     assert (events[-2]["attempt"], events[-2]["status"]) == (1, 400)
 
