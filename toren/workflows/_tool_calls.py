@@ -94,16 +94,16 @@ class ToolCalls:
         if tool is None:
             return made_here(f"unknown tool: {name}")
         args, problem = _parse_args(call.get("arguments"))
+        if problem is None:
+            problem = validate_args(tool.schema, args)
         if problem is not None and cut:
-            # The provider sends `{}` back in place of these arguments (a server that parses
-            # them would refuse every request); this result is what tells the model.
+            # Cut arguments are not JSON (OpenAI-style servers; the provider sends `{}` back in
+            # their place) or a partial object (Anthropic): either way, this tells the model.
             return made_here(
                 f"invalid arguments for {name}: your reply was cut at maxTokens="
                 f"{self._spec.max_tokens} before these arguments were complete ({problem}); "
                 "nothing ran. Call it again with complete arguments, in a shorter reply."
             )
-        if problem is None:
-            problem = validate_args(tool.schema, args)
         if problem is not None:
             return made_here(f"invalid arguments for {name}: {problem}")
 
