@@ -1,9 +1,11 @@
 """The model activity on a real server: Temporal retries 429/5xx (honouring Retry-After), a 400
-fails the run at once, and every failed attempt shows in the event log. The provider is the
-real OpenAI client over an httpx MockTransport."""
+fails the run at once, every failed attempt shows in the event log, and a reply cut at
+maxTokens is explained to the model. The providers are the real clients over an httpx
+MockTransport."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from tests.conftest import fetch_history, secret
 from toren import client as toren_client
 from toren._attempts import attempts_before
 from toren._events import format_event, render
+from toren.models._anthropic import AnthropicModel
 from toren.models._openai import OpenAIModel
 from toren.worker import serve
 
@@ -162,3 +165,57 @@ def test_an_attempt_lost_with_its_worker_keeps_the_records_before_it() -> None:
         {"attempt": 3, "status": None, "error": started.last_failure.message},
     ]
     assert attempts_before(ActivityTaskStartedEventAttributes(attempt=1), decode) == []
+
+
+async def test_an_anthropic_reply_cut_inside_a_tool_call_is_explained(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    # Anthropic hands back a cut tool_use as an object (here an empty one), never broken JSON.
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        if len(bodies) == 1:
+            cut = {"type": "tool_use", "id": "toolu_cut", "name": "lookup", "input": {}}
+            return httpx.Response(200, json=message([cut], "max_tokens"))
+        return httpx.Response(200, json=message([{"type": "text", "text": "done"}], "end_turn"))
+
+    lookup = """
+        from toren import define_tool
+        tool = define_tool(
+            description="Look up.",
+            input={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+            handler=lambda a, c: "found",
+        )
+    """
+    folder = make_agent(tools={"lookup": lookup}, model="anthropic/claude-x", maxTokens=16)
+    model = AnthropicModel("sk-ant-x", transport=httpx.MockTransport(handler))
+    async with serve(
+        client,
+        [folder],
+        environ={"ANTHROPIC_API_KEY": "sk-ant-x"},
+        models={"anthropic/claude-x": model},
+    ):
+        handle = await toren_client.start_run(client, folder.name, "look it up")
+        assert (await handle.result()).text == "done"
+    told = bodies[1]["messages"][-1]["content"][0]
+    assert told["tool_use_id"] == "toolu_cut" and told["is_error"]
+    assert told["content"].startswith(
+        "invalid arguments for lookup: your reply was cut at maxTokens=16 before these "
+        "arguments were complete ('q' is a required property)"
+    )
+    events = render(await fetch_history(client, handle.id))
+    finish = [e["finishReason"] for e in events if e["type"] == "LlmCallCompleted"]
+    assert finish == ["length", "stop"]
+
+
+def message(content: list[dict[str, Any]], stop_reason: str) -> dict[str, Any]:
+    return {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": content,
+        "stop_reason": stop_reason,
+        "usage": {"input_tokens": 10, "output_tokens": 16},
+    }
