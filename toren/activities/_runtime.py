@@ -198,7 +198,7 @@ class AgentRuntime:
         info = activity.info()
         # The failures of this call's earlier attempts, so history keeps every one (_attempts).
         earlier = carried(info.heartbeat_details)
-        async with _heartbeating(earlier):
+        async with _heartbeating():
             try:
                 reply = await loaded.provider.complete(request)
             except ModelHTTPError as err:
@@ -256,11 +256,13 @@ class AgentRuntime:
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating(*details: Any) -> AsyncIterator[None]:
+async def _heartbeating() -> AsyncIterator[None]:
     """Heartbeat in the background, so a dead worker is noticed and cancellation arrives.
 
-    Each beat carries `details`, which the call's next attempt reads back.
+    Each beat carries the details this attempt started with, so what an earlier attempt left
+    there (a model call's failed attempts, `toren._attempts`) outlives a worker that dies.
     """
+    details = activity.info().heartbeat_details
     if activity.info().is_local:
         # Local activities cannot heartbeat (the SDK core logs a warning for each attempt).
         yield
