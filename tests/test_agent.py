@@ -68,6 +68,46 @@ def test_bad_values_name_the_key(tmp_path: Path, yaml_text: str, message: str) -
     assert "agent.yaml" in str(err.value)
 
 
+def test_model_settings_and_retry(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        name: shop
+        model: openai/qwen2.5-coder
+        modelSettings: {temperature: 0, top_p: 0.5, seed: 42, stop: "END"}
+        modelRetry: {maxAttempts: 3, initialIntervalS: 0.5}
+        """,
+    )
+    config = load_agent(tmp_path).config
+    assert config.model_settings.model_dump(exclude_none=True) == {
+        "temperature": 0.0, "top_p": 0.5, "seed": 42, "stop": ["END"],
+    }  # fmt: skip
+    assert (config.model_retry.max_attempts, config.model_retry.max_interval_s) == (3, 60.0)
+    default = load_agent(write(tmp_path / "plain", "name: shop\nmodel: mock/echo\n")).config
+    assert default.model_settings.model_dump(exclude_none=True) == {}
+    assert default.model_retry.max_attempts == 10
+
+
+def test_bad_model_settings_and_retry_name_the_key(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        name: shop
+        model: anthropic/claude-sonnet-4-5
+        modelSettings: {temperature: 1.5, seed: 1, topk: 3}
+        modelRetry: {maxAttempts: 0, initialIntervalS: 30, maxIntervalS: 5}
+        """,
+    )
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    text = str(err.value)
+    assert "unknown key 'modelSettings.topk'; did you mean 'topP'?" in text
+    assert "modelRetry.maxAttempts: must be greater than or equal to 1, got 0" in text
+    assert "modelSettings: seed: Anthropic's API takes no seed; remove it" in text
+    assert "modelSettings: temperature: Anthropic takes 0 to 1, got 1.5" in text
+    assert "modelRetry: maxIntervalS (5) is below initialIntervalS (30)" in text
+
+
 def test_one_error_lists_every_stage(tmp_path: Path) -> None:
     # A type error, a bad model and a broken tool used to take three rounds of fixes.
     write(
@@ -129,7 +169,8 @@ def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None
             f"{yaml_file}: unknown key 'sandbox.netwrk'; did you mean 'network'?",
             f"{yaml_file}: unknown key 'processes.p.taskqueue'; did you mean 'task_queue'?",
             f"{yaml_file}: unknown key 'colour' (known: builtin_tools, description, env, "
-            "instructions, limits, maxTokens, model, name, processes, sandbox, task_queue)",
+            "instructions, limits, maxTokens, model, modelRetry, modelSettings, name, processes, "
+            "sandbox, task_queue)",
         ]
     )
 

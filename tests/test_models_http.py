@@ -198,6 +198,7 @@ async def test_openai_text_reply() -> None:
     assert reply.tool_calls == []
     assert reply.usage == {"input_tokens": 19, "output_tokens": 10}
     assert reply.model == "gpt-4o-mini-2024-07-18"
+    assert reply.finish_reason == "stop"
     request = recorder.requests[0]
     assert request.method == "POST"
     assert str(request.url) == "https://api.openai.com/v1/chat/completions"
@@ -220,6 +221,7 @@ async def test_openai_tool_call_reply() -> None:
         {"id": "call_12345xyz", "name": "get_weather", "arguments": '{"city":"Paris"}'}
     ]
     assert reply.usage == {"input_tokens": 82, "output_tokens": 17}
+    assert reply.finish_reason == "tool_calls"
     assert reply.message() == {
         "role": "assistant",
         "content": "",
@@ -253,10 +255,11 @@ async def test_openai_request_shape_with_tools_and_results() -> None:
                         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
                     },
                     {
-                        # Invalid JSON the model produced goes back verbatim.
+                        # Not JSON (the model's reply was cut): a server that parses it, as
+                        # llama.cpp does, would refuse every request; the tool result says why.
                         "id": "call_b",
                         "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"'},
+                        "function": {"name": "get_weather", "arguments": "{}"},
                     },
                 ],
             },
@@ -274,6 +277,25 @@ async def test_openai_request_shape_with_tools_and_results() -> None:
             }
         ],
     }
+
+
+async def test_model_settings_reach_both_request_bodies_only_when_set() -> None:
+    settings = {"temperature": 0.0, "top_p": 0.9, "seed": 7, "stop": ["END"]}
+    request = ModelRequest(
+        model="m", system="", messages=[{"role": "user", "content": "hi"}], settings=settings
+    )
+    recorder = answering(200, OPENAI_TEXT)
+    await openai(recorder).complete(request)
+    assert {k: recorder.body[k] for k in settings} == settings
+    recorder = answering(200, ANTHROPIC_TEXT)
+    request.settings = {"temperature": 0.0, "top_p": 0.9, "stop": ["END"]}
+    await anthropic(recorder).complete(request)
+    assert recorder.body["temperature"] == 0.0 and recorder.body["top_p"] == 0.9
+    assert recorder.body["stop_sequences"] == ["END"] and "stop" not in recorder.body
+    for make, reply in ((openai, OPENAI_TEXT), (anthropic, ANTHROPIC_TEXT)):
+        recorder = answering(200, reply)
+        await make(recorder).complete(hello())
+        assert not {"temperature", "top_p", "seed", "stop", "stop_sequences"} & set(recorder.body)
 
 
 async def test_openai_tool_calls_without_text_send_null_content() -> None:
@@ -318,6 +340,7 @@ async def test_anthropic_text_reply() -> None:
     assert reply.tool_calls == []
     assert reply.usage == {"input_tokens": 2095, "output_tokens": 503}
     assert reply.model == "claude-sonnet-4-20250514"
+    assert reply.finish_reason == "stop"
     request = recorder.requests[0]
     assert str(request.url) == "https://api.anthropic.com/v1/messages"
     assert request.headers["x-api-key"] == KEY
@@ -340,6 +363,38 @@ async def test_anthropic_tool_use_reply() -> None:
     assert call["name"] == "get_weather"
     assert json.loads(call["arguments"]) == {"city": "Paris"}
     assert reply.usage == {"input_tokens": 384, "output_tokens": 71}
+    assert reply.finish_reason == "tool_calls"
+
+
+async def test_a_reply_cut_at_max_tokens_says_so_for_both_providers() -> None:
+    # llama.cpp (recorded): `finish_reason: "length"` with a tool call whose arguments are "{".
+    cut_openai = {
+        **OPENAI_TOOL_CALL,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": "{"},
+                            "id": "lgpVQ1c52raEPjtzbj2dtIvEay717jA8",
+                        }
+                    ],
+                },
+            }
+        ],
+    }
+    reply = await openai(answering(200, cut_openai)).complete(hello())
+    assert reply.finish_reason == "length"
+    assert reply.tool_calls[0]["arguments"] == "{"  # kept: the event log shows what came
+    cut_anthropic = {**ANTHROPIC_TEXT, "stop_reason": "max_tokens"}
+    assert (await anthropic(answering(200, cut_anthropic)).complete(hello())).finish_reason == (
+        "length"
+    )
 
 
 async def test_anthropic_request_shape_groups_tool_results() -> None:

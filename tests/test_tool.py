@@ -238,3 +238,33 @@ def test_pydantic_nesting_beyond_seven_is_refused() -> None:
         model = create_model(f"L{i}", child=(model, ...))
     with pytest.raises(ConfigError, match="nested deeper than 7 levels"):
         define_tool(name="deep", description="Deep.", input=model, handler=handler)
+
+
+class Address(BaseModel):
+    city: str
+
+
+class Order(BaseModel):
+    order_id: str
+    ship_to: Address
+    items: list[Address] = []
+
+
+def test_derived_schemas_refuse_made_up_arguments() -> None:
+    # The recorded llama.cpp run: a small model added `ref` and `denied_by` to a refund.
+    tool = define_tool(name="order", description="Order.", input=Order, handler=handler)
+    assert tool.schema["additionalProperties"] is False
+    assert tool.schema["$defs"]["Address"]["additionalProperties"] is False
+    ok = {"order_id": "A-1", "ship_to": {"city": "Oslo"}}
+    assert validate_args(tool.schema, ok) is None
+    problem = validate_args(tool.schema, {**ok, "ref": "x", "denied_by": "y"})
+    assert problem == "unknown arguments 'ref', 'denied_by' (allowed: order_id, ship_to, items)"
+    nested = validate_args(tool.schema, {**ok, "items": [{"city": "Rome", "zip": "00100"}]})
+    assert nested == "items.0: unknown argument 'zip' (allowed: city)"
+
+
+def test_a_json_schema_dict_keeps_its_own_choice() -> None:
+    open_schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    tool = define_tool(name="open", description="Open.", input=open_schema, handler=handler)
+    assert "additionalProperties" not in tool.schema
+    assert validate_args(tool.schema, {"q": "x", "extra": 1}) is None

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from toren._problems import also_report, describe, problems_at
+from toren._types import ModelRetry
 
 __all__ = [
     "PROVIDER_KEYS",
@@ -41,6 +42,8 @@ __all__ = [
     "ConfigRead",
     "EnvConfig",
     "Limits",
+    "ModelRetryConfig",
+    "ModelSettings",
     "ProcessConfig",
     "SandboxConfig",
     "read_config",
@@ -86,6 +89,62 @@ class Limits(_Strict):
     """Continue as new past this many history events (always when Temporal suggests it)."""
     continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)
     """Continue as new past this much history, in MB (always when Temporal suggests it)."""
+
+
+class ModelSettings(_Strict):
+    """Sampling settings sent with every model request; only the ones set are sent.
+
+    Make tool use repeatable with `temperature: 0` (and a `seed` where the server takes one).
+    """
+
+    temperature: float | None = Field(None, ge=0, le=2)
+    """0 takes the likeliest token every time; higher samples more freely (Anthropic: 0-1)."""
+    top_p: float | None = Field(None, alias="topP", gt=0, le=1)
+    """Sample only from the tokens that make up this much of the probability."""
+    seed: int | None = None
+    """A fixed sampling seed (OpenAI and compatible servers; Anthropic's API has none)."""
+    stop: list[str] | None = Field(None, min_length=1, max_length=4)
+    """Up to 4 strings that end the reply where the model writes them (one string is fine)."""
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_string(cls, stop: Any) -> Any:
+        return [stop] if isinstance(stop, str) else stop
+
+
+class ModelRetryConfig(_Strict):
+    """How Temporal retries a failed model call.
+
+    Retried: a 429, a 5xx, a timeout, a reply toren cannot read. Any other 4xx fails the run at
+    once; a 429's Retry-After sets its own wait.
+    """
+
+    max_attempts: int = Field(ModelRetry.max_attempts, alias="maxAttempts", ge=1)
+    """Attempts per model call, the first one included; then the run fails."""
+    initial_interval_s: float = Field(ModelRetry.initial_interval_s, alias="initialIntervalS", gt=0)
+    """Seconds before the first retry; each wait doubles."""
+    max_interval_s: float = Field(ModelRetry.max_interval_s, alias="maxIntervalS", gt=0)
+    """The longest wait between two attempts, in seconds."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _ordered(cls, data: Any, handler: ModelWrapValidatorHandler[ModelRetryConfig]) -> Any:
+        # Temporal refuses such a policy when the workflow schedules the call: the run would
+        # be stuck, not failed, so it is refused here (with the block's other mistakes).
+        problems = []
+        if isinstance(data, dict):
+            default = ModelRetry()
+            first = data.get("initialIntervalS", data.get("initial_interval_s"))
+            first = default.initial_interval_s if first is None else first
+            longest = data.get("maxIntervalS", data.get("max_interval_s"))
+            longest = default.max_interval_s if longest is None else longest
+            if _number(first) and _number(longest) and longest < first:
+                problems.append(f"maxIntervalS ({longest:g}) is below initialIntervalS ({first:g})")
+        return also_report(lambda: handler(data), None, problems, data)
+
+    def policy(self) -> ModelRetry:
+        """The policy as the run records it."""
+        return ModelRetry(self.max_attempts, self.initial_interval_s, self.max_interval_s)
 
 
 class EnvConfig(_Strict):
@@ -164,6 +223,10 @@ class AgentConfig(_Strict):
     """The system prompt's file, relative to agent.yaml."""
     max_tokens: int = Field(4096, alias="maxTokens", ge=1)
     """Upper bound on tokens per model response."""
+    model_settings: ModelSettings = Field(default_factory=ModelSettings, alias="modelSettings")  # type: ignore[arg-type]
+    """Sampling settings sent with every model request."""
+    model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig, alias="modelRetry")  # type: ignore[arg-type]
+    """How a failed model call is retried."""
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     """Run budgets."""
     # `env` stands before `sandbox` and `builtin_tools` before `processes`: fields validate in
@@ -193,6 +256,21 @@ class AgentConfig(_Strict):
         if provider not in PROVIDER_KEYS or not rest:
             raise ValueError(f"{model!r} must be openai/<model>, anthropic/<model> or mock/<name>")
         return model
+
+    @field_validator("model_settings", mode="wrap")
+    @classmethod
+    def _provider_takes(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        # Read off the keys given, so a block with other mistakes hears this in the same pass.
+        problems = []
+        if str(info.data.get("model", "")).startswith("anthropic/") and isinstance(value, dict):
+            if value.get("seed") is not None:
+                problems.append("seed: Anthropic's API takes no seed; remove it")
+            temperature = value.get("temperature")
+            if isinstance(temperature, int | float) and temperature > 1:
+                problems.append(f"temperature: Anthropic takes 0 to 1, got {temperature:g}")
+        return also_report(lambda: handler(value), None, problems, value)
 
     @field_validator("sandbox", mode="wrap")
     @classmethod
@@ -286,6 +364,10 @@ def _sandbox_env_problem(name: str) -> str | None:
     if name in SANDBOX_RESERVED_ENV:
         return f"{name!r} is set by the sandbox itself; remove it"
     return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _partial(info: ValidationInfo) -> bool:

@@ -6,7 +6,8 @@ for event in render(history):
     print(event["type"], event)
 ```
 
-Event types: RunStarted, LlmCallStarted, LlmCallCompleted, LlmCallFailed, ToolCallStarted,
+Event types: RunStarted, LlmCallStarted, LlmCallCompleted, LlmCallFailed (one per failed
+attempt, from the records `toren._attempts` describes), ToolCallStarted,
 ToolCallCompleted (with attachments by name and id), ToolCallFailed, ApprovalRequested,
 ApprovalResolved, SignalRefused, and what tools did through their context: ToolInvoked,
 StateSet, ToolEvent, ToolQueued, MessageInjected; then RunCompleted or RunFailed (also
@@ -27,6 +28,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.converter import default as default_converter
 
+from toren._attempts import attempts_before, failure_record
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
 __all__ = ["Event", "EventStream", "format_event", "render"]
@@ -100,6 +102,8 @@ class _Renderer:
             self._marker(event)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             self._scheduled(event)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            self._started(event)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             done = event.activity_task_completed_event_attributes
             self._completed(event, self.scheduled.get(done.scheduled_event_id), _first(done.result))
@@ -113,7 +117,7 @@ class _Renderer:
             else:
                 timed_out = event.activity_task_timed_out_event_attributes
                 scheduled_id, failure = timed_out.scheduled_event_id, timed_out.failure
-            self._failed(event, self.scheduled.get(scheduled_id), _failure_text(failure))
+            self._failed(event, self.scheduled.get(scheduled_id), _failure_text(failure), failure)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             signaled = event.workflow_execution_signaled_event_attributes
             self._signal(event, signaled.signal_name, _decode(signaled.input), signaled.identity)
@@ -232,6 +236,7 @@ class _Renderer:
         info = {"name": name, **body}
         self.scheduled[event.event_id] = info
         if name == "toren.call_model":
+            info["max_attempts"] = a.retry_policy.maximum_attempts or None  # 0: unlimited
             for item in body.get("tail", []):
                 message = item.get("message") if isinstance(item, dict) else None
                 if isinstance(message, dict) and message.get("role") == "tool":
@@ -249,6 +254,30 @@ class _Renderer:
                 effects=self.effects.get(tool, ""),
                 step=body.get("step"),
             )
+
+    def _started(self, event: HistoryEvent) -> None:
+        # Written when the call ends, for its last attempt: the failed ones come before it.
+        a = event.activity_task_started_event_attributes
+        info = self.scheduled.get(a.scheduled_event_id)
+        if info is None or info["name"] != "toren.call_model":
+            return
+        info["attempt"] = a.attempt
+        for record in attempts_before(a, _decode):
+            self._model_attempt_failed(event, info, record)
+
+    def _model_attempt_failed(
+        self, event: HistoryEvent, info: dict[str, Any], record: dict[str, Any]
+    ) -> None:
+        self.emit(
+            event,
+            "LlmCallFailed",
+            step=info.get("step"),
+            attempt=record.get("attempt"),
+            maxAttempts=info.get("max_attempts"),
+            status=record.get("status"),
+            error=record.get("error"),
+            **({"at": record["at"]} if record.get("at") else {}),
+        )
 
     def _workflow_result(self, event: HistoryEvent, message: dict[str, Any]) -> None:
         call_id = message.get("tool_call_id")
@@ -288,9 +317,12 @@ class _Renderer:
                 event,
                 "LlmCallCompleted",
                 step=info.get("step"),
+                attempt=info["attempt"] if info.get("attempt", 1) > 1 else None,
                 text=message.get("content", ""),
                 toolCalls=message.get("tool_calls", []),
                 usage=result.get("usage", {}),
+                # `length`: cut at maxTokens (the model is told when it cut a tool call).
+                finishReason=result.get("finish_reason") or None,
             )
         elif "." in info["name"] and not info["name"].startswith("toren."):
             tool = info["name"].split(".", 1)[1]
@@ -324,11 +356,16 @@ class _Renderer:
             for message in changes.get("messages") or []:
                 self.emit(event, "MessageInjected", by=tool, **_pick(message, "role", "content"))
 
-    def _failed(self, event: HistoryEvent, info: dict[str, Any] | None, error: str) -> None:
+    def _failed(
+        self, event: HistoryEvent, info: dict[str, Any] | None, error: str, failure: Any = None
+    ) -> None:
         if info is None:
             return
         if info["name"] == "toren.call_model":
-            self.emit(event, "LlmCallFailed", step=info.get("step"), error=error)
+            own = failure_record(failure, _decode)[-1:] if failure is not None else []
+            last = {**(own[0] if own else {}), "attempt": info.get("attempt"), "error": error}
+            last.pop("at", None)  # the history's own time of the failure
+            self._model_attempt_failed(event, info, last)
         elif "." in info["name"] and not info["name"].startswith("toren."):
             self.emit(
                 event,

@@ -2,12 +2,17 @@
 
 The schema a tool declares (a pydantic model or a JSON Schema dict) becomes the JSON Schema the
 model sees. It is recorded once per run, so validating a model's arguments in the workflow only
-needs this module's pure functions.
+needs this module's pure functions. A schema derived from a pydantic model closes its objects
+(`additionalProperties: false`, unless the model says `extra="allow"`), so an argument the
+model makes up is an invalid argument, not a key the handler silently never sees; a JSON Schema
+dict keeps its own choice.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
 __all__ = ["MAX_DEPTH", "check_schema", "input_schema", "validate_args"]
@@ -30,10 +35,38 @@ def input_schema(input: Any) -> dict[str, Any]:
     from pydantic import BaseModel
 
     if isinstance(input, type) and issubclass(input, BaseModel):
-        schema = input.model_json_schema()
+        schema = input.model_json_schema(schema_generator=_closed_objects())
         schema.pop("title", None)
         return schema
     raise TypeError(f"expected a pydantic model class or a JSON Schema dict, got {input!r}")
+
+
+@functools.cache
+def _closed_objects() -> type[Any]:
+    """A pydantic schema generator that closes every model, dataclass and TypedDict.
+
+    pydantic ignores unknown keys by default and says nothing of them in the schema, so the
+    model is free to invent arguments that then vanish on the way to the handler.
+    """
+    from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+
+    def close(schema: JsonSchemaValue) -> JsonSchemaValue:
+        # A model with `extra="allow"` already says `true` (and `check_schema` refuses it).
+        if schema.get("type") == "object" and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+        return schema
+
+    class ClosedObjects(GenerateJsonSchema):
+        def model_schema(self, schema: Any) -> JsonSchemaValue:
+            return close(super().model_schema(schema))
+
+        def dataclass_schema(self, schema: Any) -> JsonSchemaValue:
+            return close(super().dataclass_schema(schema))
+
+        def typed_dict_schema(self, schema: Any) -> JsonSchemaValue:
+            return close(super().typed_dict_schema(schema))
+
+    return ClosedObjects
 
 
 def check_schema(schema: dict[str, Any]) -> list[str]:
@@ -113,7 +146,28 @@ def validate_args(schema: dict[str, Any], args: Any) -> str | None:
     parts = []
     for err in errors[:5]:
         where = ".".join(str(p) for p in err.absolute_path)
-        parts.append(f"{where}: {err.message}" if where else err.message)
+        message = _unknown_keys(err) or err.message
+        parts.append(f"{where}: {message}" if where else message)
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     text = "; ".join(parts) + more
     return text if len(text) <= 2000 else text[:2000] + "…"
+
+
+def _unknown_keys(err: Any) -> str | None:
+    """`unknown argument 'ref' (allowed: a, b)` for an `additionalProperties: false` error."""
+    if err.validator != "additionalProperties" or err.validator_value is not False:
+        return None
+    if not isinstance(err.instance, dict):
+        return None
+    known = err.schema.get("properties") or {}
+    patterns = list(err.schema.get("patternProperties") or {})
+    unknown = [
+        key
+        for key in err.instance
+        if key not in known and not any(re.search(p, key) for p in patterns)
+    ]
+    if not unknown:
+        return None
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    allowed = ", ".join(known) or "none"
+    return f"unknown {noun} {', '.join(map(repr, unknown))} (allowed: {allowed})"

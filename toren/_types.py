@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CUT_AT_MAX_TOKENS",
     "DEFAULT_TOOL_ATTEMPTS",
     "DEFAULT_TOOL_TIMEOUT_MS",
     "AgentSpec",
@@ -18,6 +19,7 @@ __all__ = [
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
+    "ModelRetry",
     "PendingApproval",
     "RunInput",
     "RunResult",
@@ -34,6 +36,9 @@ DEFAULT_TOOL_ATTEMPTS = 3
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
+
+CUT_AT_MAX_TOKENS = "length"
+"""The `finish_reason` of a model reply cut at `maxTokens`, whatever the provider's own word."""
 
 
 @dataclass
@@ -91,6 +96,21 @@ class ToolSpec:
 
 
 @dataclass
+class ModelRetry:
+    """How Temporal retries a failed model call (agent.yaml `modelRetry:`).
+
+    A history recorded before the block existed gets these defaults, the policy it ran with.
+    """
+
+    max_attempts: int = 10
+    """Attempts per model call (the first one included); then the run fails."""
+    initial_interval_s: float = 1.0
+    """Seconds before the first retry; each wait doubles (a 429's Retry-After wins)."""
+    max_interval_s: float = 60.0
+    """The longest wait between two attempts."""
+
+
+@dataclass
 class AgentSpec:
     """An agent's spec, recorded by a local activity at the start of each run."""
 
@@ -110,6 +130,8 @@ class AgentSpec:
     """Continue as new at a turn boundary past this many history bytes."""
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Named processes `run_process` may start: workflow type, task queue, agent."""
+    model_retry: ModelRetry = field(default_factory=ModelRetry)
+    """The retry policy of every model call."""
 
 
 @dataclass
@@ -185,6 +207,9 @@ class ModelCallResult:
     message: Message
     usage: dict[str, int] = field(default_factory=dict)
     model: str = ""
+    finish_reason: str = ""
+    """Why the model stopped: `stop`, `tool_calls`, `length` (`CUT_AT_MAX_TOKENS`), or the
+    provider's own word; empty in histories recorded before toren kept it."""
 
 
 @dataclass

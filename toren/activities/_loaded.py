@@ -51,6 +51,7 @@ class LoadedAgent:
                 limits.approval_timeout_min * 60 if limits.approval_timeout_min else None
             ),
             max_tokens=self.agent.config.max_tokens,
+            model_retry=self.agent.config.model_retry.policy(),
             search_attributes=list(search_attributes),
             processes=self.processes,
             continue_after_events=limits.continue_as_new_after_events,

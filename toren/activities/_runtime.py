@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren._agent import Agent, load_agent, process_specs
+from toren._attempts import carried, with_failure
 from toren._limits import cut_message
 from toren._tool import Tool
 from toren._transcript import TranscriptCache, tool_message
@@ -220,13 +221,21 @@ class AgentRuntime:
                 for t in loaded.agent.tools.values()
             ],
             max_tokens=loaded.agent.config.max_tokens,
+            settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),
         )
+        info = activity.info()
+        # The failures of this call's earlier attempts, so history keeps every one (_attempts).
+        earlier = carried(info.heartbeat_details)
         async with _heartbeating():
             try:
                 reply = await loaded.provider.complete(request)
             except ModelHTTPError as err:
+                text = redact(str(err), loaded.secrets())
+                failed = with_failure(earlier, info.attempt, err.status, text)
+                activity.heartbeat(failed)
                 raise ApplicationError(
-                    redact(str(err), loaded.secrets()),
+                    text,
+                    failed,
                     type="ModelHTTPError",
                     non_retryable=not err.retryable,
                     next_retry_delay=(
@@ -238,14 +247,18 @@ class AgentRuntime:
             except Exception as err:
                 # Not an HTTP failure (those are ModelHTTPError): a bug in a provider or a
                 # scripted step; retrying would only repeat it.
+                text = redact(f"{type(err).__name__}: {err}", loaded.secrets())
                 raise ApplicationError(
-                    redact(f"{type(err).__name__}: {err}", loaded.secrets()),
+                    text,
+                    with_failure(earlier, info.attempt, None, text),
                     type="ModelProviderError",
                     non_retryable=True,
                 ) from err
         message = cut_message(reply.message())
         self.transcripts.store(input.run_key, [*messages, message])
-        return ModelCallResult(message=message, usage=reply.usage, model=reply.model)
+        return ModelCallResult(
+            message=message, usage=reply.usage, model=reply.model, finish_reason=reply.finish_reason
+        )
 
     async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
         return (await read_transcript(run_key))[:count]
@@ -272,7 +285,12 @@ class AgentRuntime:
 
 @contextlib.asynccontextmanager
 async def _heartbeating() -> AsyncIterator[None]:
-    """Heartbeat in the background, so a dead worker is noticed and cancellation arrives."""
+    """Heartbeat in the background, so a dead worker is noticed and cancellation arrives.
+
+    Each beat carries the details this attempt started with, so what an earlier attempt left
+    there (a model call's failed attempts, `toren._attempts`) outlives a worker that dies.
+    """
+    details = activity.info().heartbeat_details
     if activity.info().is_local:
         # Local activities cannot heartbeat (the SDK core logs a warning for each attempt).
         yield
@@ -283,7 +301,7 @@ async def _heartbeating() -> AsyncIterator[None]:
             # Beat after the first interval, not at once: each beat is a server RPC, most calls
             # end sooner, and the 10 s heartbeat timeout leaves room for the first one.
             await asyncio.sleep(HEARTBEAT_EVERY)
-            activity.heartbeat()
+            activity.heartbeat(*details)
 
     task = asyncio.create_task(beat())
     try:

@@ -11,13 +11,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from toren.models._base import Message, ModelReply, ModelRequest
+from toren._types import CUT_AT_MAX_TOKENS
+from toren.models._base import Message, ModelReply, ModelRequest, arguments_object
 from toren.models._http_model import HTTPModel
 
 __all__ = ["AnthropicModel"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": CUT_AT_MAX_TOKENS,
+}
+"""Anthropic's `stop_reason` → `ModelReply.finish_reason` (others are kept as they are)."""
 
 
 class AnthropicModel(HTTPModel):
@@ -54,6 +62,10 @@ class AnthropicModel(HTTPModel):
         }
         if request.system:
             body["system"] = request.system
+        for name, value in request.settings.items():
+            # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
+            # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
+            body["stop_sequences" if name == "stop" else name] = value
         if request.tools:
             body["tools"] = [
                 {
@@ -93,6 +105,7 @@ class AnthropicModel(HTTPModel):
                 )
             # Other blocks (thinking, server tools) are not part of toren's transcript.
         usage = data.get("usage") or {}
+        stop_reason = str(data.get("stop_reason") or "")
         return ModelReply(
             content="".join(texts),
             tool_calls=calls,
@@ -101,6 +114,7 @@ class AnthropicModel(HTTPModel):
                 "output_tokens": int(usage.get("output_tokens") or 0),
             },
             model=str(data.get("model") or model),
+            finish_reason=FINISH_REASONS.get(stop_reason, stop_reason),
         )
 
 
@@ -119,7 +133,7 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
                         "type": "tool_use",
                         "id": call["id"],
                         "name": call["name"],
-                        "input": _arguments(call.get("arguments")),
+                        "input": arguments_object(call.get("arguments")) or {},
                     }
                 )
         elif role == "tool":
@@ -163,18 +177,6 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
         ):
             turn["content"] = content[0]["text"]
     return out
-
-
-def _arguments(arguments: Any) -> dict[str, Any]:
-    # The model may have produced invalid JSON (the workflow reported that back to it); the API
-    # needs an object, so send {} and keep the conversation going.
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else None
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _text(value: Any) -> str:

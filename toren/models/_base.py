@@ -8,18 +8,26 @@ Transcript messages are provider-neutral dicts:
 {"role": "tool", "tool_call_id": "...", "name": "...", "content": "...", "is_error": false}
 ```
 
-`arguments` is the JSON text the model produced (it may be invalid: the workflow checks it).
-Providers never retry: they raise `ModelHTTPError` and Temporal's retry policy decides.
+`arguments` is the JSON text the model produced (it may be invalid: the workflow checks it and
+tells the model; a provider sends `{}` back in its place, see `arguments_object`). Providers never
+retry: they raise `ModelHTTPError` and Temporal's retry policy decides.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toren.errors import ModelHTTPError
 
-__all__ = ["ModelHTTPError", "ModelProvider", "ModelReply", "ModelRequest"]
+__all__ = [
+    "ModelHTTPError",
+    "ModelProvider",
+    "ModelReply",
+    "ModelRequest",
+    "arguments_object",
+]
 
 Message = dict[str, Any]
 
@@ -38,6 +46,8 @@ class ModelRequest:
     """`{"name", "description", "parameters"}` per tool; `parameters` is a JSON Schema."""
     max_tokens: int = 4096
     """Upper bound on tokens in the reply."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`."""
 
 
 @dataclass
@@ -48,6 +58,10 @@ class ModelReply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     model: str = ""
+    finish_reason: str = ""
+    """Why the model stopped, in OpenAI's words whatever the provider: `stop`, `tool_calls`,
+    `length` (`CUT_AT_MAX_TOKENS`: its text or a tool call's arguments may be incomplete), or
+    the provider's own value for anything else; empty when the provider said nothing."""
 
     def message(self) -> Message:
         """The transcript message for this reply."""
@@ -63,3 +77,20 @@ class ModelProvider(Protocol):
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Answer one request; raise `ModelHTTPError` on a failed call, never retry."""
         ...
+
+
+def arguments_object(arguments: Any) -> dict[str, Any] | None:
+    """A tool call's arguments as the JSON object they hold, or `None` when they hold none.
+
+    A reply cut at `max_tokens` can end inside the arguments (`"{"`); the workflow tells the
+    model, but the call itself goes back to the provider in the next request, and a server
+    that parses it (llama.cpp does) rejects the whole request every time. So a provider sends
+    `{}` in place of arguments that are not an object.
+    """
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None

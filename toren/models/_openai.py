@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from toren._http import error_message
-from toren.models._base import Message, ModelReply, ModelRequest
+from toren.models._base import Message, ModelReply, ModelRequest, arguments_object
 from toren.models._http_model import HTTPModel
 
 __all__ = ["OpenAIModel"]
@@ -51,6 +51,8 @@ class OpenAIModel(HTTPModel):
             # `max_tokens` rather than `max_completion_tokens`: compatible servers know only the
             # former, and OpenAI still accepts it for non-reasoning models.
             "max_tokens": request.max_tokens,
+            # toren's settings carry the Chat Completions names: temperature, top_p, seed, stop.
+            **request.settings,
         }
         if request.tools:
             body["tools"] = [
@@ -104,6 +106,7 @@ class OpenAIModel(HTTPModel):
                 "output_tokens": int(usage.get("completion_tokens") or 0),
             },
             model=str(data.get("model") or model),
+            finish_reason=str(choices[0].get("finish_reason") or ""),
         )
 
 
@@ -119,7 +122,7 @@ def _message(message: Message) -> dict[str, Any]:
                 {
                     "id": call["id"],
                     "type": "function",
-                    "function": {"name": call["name"], "arguments": _text(call["arguments"])},
+                    "function": {"name": call["name"], "arguments": _arguments(call["arguments"])},
                 }
                 for call in calls
             ]
@@ -132,6 +135,14 @@ def _message(message: Message) -> dict[str, Any]:
         }
     # user, and any role the API knows that toren's format does not (e.g. "developer").
     return {"role": role, "content": message.get("content", "")}
+
+
+def _arguments(arguments: Any) -> str:
+    # The model's own text when it is a JSON object (byte for byte, as the server produced it),
+    # else `{}`: a server that parses it would refuse the whole request (`arguments_object`).
+    if arguments_object(arguments) is None:
+        return "{}"
+    return _text(arguments)
 
 
 def _content(content: Any) -> str:

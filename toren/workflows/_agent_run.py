@@ -26,10 +26,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from toren._transcript import TranscriptRef, page_of
     from toren._types import (
+        CUT_AT_MAX_TOKENS,
         AgentSpec,
         Decision,
         ModelCallInput,
         ModelCallResult,
+        ModelRetry,
         PendingApproval,
         RunInput,
         RunResult,
@@ -47,14 +49,19 @@ __all__ = ["AgentRun"]
 Message = dict[str, Any]
 
 MODEL_TIMEOUT = timedelta(minutes=5)
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=10,
-)
+"""Start-to-close of one model attempt (the provider's own HTTP timeout ends it sooner)."""
 MAX_QUEUE_ROUNDS = 10
 """Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
+
+
+def _retry_policy(retry: ModelRetry) -> RetryPolicy:
+    """The model call's retry policy: agent.yaml `modelRetry`, backoff doubling each time."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=retry.initial_interval_s),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=retry.max_interval_s),
+        maximum_attempts=retry.max_attempts,
+    )
 
 
 @workflow.defn(name="AgentRun")
@@ -235,7 +242,7 @@ class AgentRun:
                     tool_calls=run.tool_calls,
                     usage=dict(run.usage),
                 )
-            await self._run_turn(calls)
+            await self._run_turn(calls, cut=reply.finish_reason == CUT_AT_MAX_TOKENS)
 
     async def _call_model(self) -> ModelCallResult:
         spec, run, transcript = self._spec, self._run, self._transcript
@@ -257,7 +264,7 @@ class AgentRun:
                 start_to_close_timeout=MODEL_TIMEOUT,
                 # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=MODEL_RETRY,
+                retry_policy=_retry_policy(spec.model_retry),
                 summary=f"model step {run.step} ({spec.model})",
             )
         except ActivityError as err:
@@ -270,18 +277,20 @@ class AgentRun:
         transcript.model_replied(reply.message)
         return reply
 
-    async def _run_turn(self, calls: list[dict[str, Any]]) -> None:
+    async def _run_turn(self, calls: list[dict[str, Any]], cut: bool = False) -> None:
         """Run one turn's calls concurrently, then what they queued, then apply their changes.
 
         Results enter the transcript in call order; so do state writes (the last writer in call
         order wins). Queued tools run after the turn's calls, as if the model had asked for
-        them; injected messages come last, right before the model's next step.
+        them; injected messages come last, right before the model's next step. `cut`: the
+        model's reply was cut at `maxTokens`, so its unreadable arguments are explained as such.
         """
         run = self._run
         injected: list[Message] = []
         rounds = 0
         while calls:
-            outcomes = await asyncio.gather(*(self._calls.run_call(c) for c in calls))
+            outcomes = await asyncio.gather(*(self._calls.run_call(c, cut) for c in calls))
+            cut = False  # queued calls come from tools, whole
             queued: list[dict[str, Any]] = []
             for outcome in outcomes:
                 self._transcript.append(outcome.message, outcome.ref)

@@ -74,8 +74,11 @@ class ToolCalls:
         assert self._run.spec is not None
         return self._run.spec
 
-    async def run_call(self, call: dict[str, Any]) -> CallOutcome:
-        """Run one call the model (or a tool) asked for; never raises for a bad call."""
+    async def run_call(self, call: dict[str, Any], cut: bool = False) -> CallOutcome:
+        """Run one call the model (or a tool) asked for; never raises for a bad call.
+
+        `cut`: the reply asking for it was cut at `maxTokens`.
+        """
         run = self._run
         name = str(call.get("name", ""))
         use_id = str(call.get("id") or f"call_{run.step}")
@@ -93,6 +96,14 @@ class ToolCalls:
         args, problem = _parse_args(call.get("arguments"))
         if problem is None:
             problem = validate_args(tool.schema, args)
+        if problem is not None and cut:
+            # Cut arguments are not JSON (OpenAI-style servers; the provider sends `{}` back in
+            # their place) or a partial object (Anthropic): either way, this tells the model.
+            return made_here(
+                f"invalid arguments for {name}: your reply was cut at maxTokens="
+                f"{self._spec.max_tokens} before these arguments were complete ({problem}); "
+                "nothing ran. Call it again with complete arguments, in a shorter reply."
+            )
         if problem is not None:
             return made_here(f"invalid arguments for {name}: {problem}")
 
