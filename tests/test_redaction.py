@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import pytest
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
@@ -283,3 +284,47 @@ def test_every_form_of_a_secret_is_redacted() -> None:
         Redactor([url]).text("auth failed for s@cret-pw at db") == f"auth failed for {MARKER} at db"
     )
     assert redactor.value({value: [value, 1, (value,)]}) == {MARKER: [MARKER, 1, (MARKER,)]}
+
+
+@pytest.mark.parametrize("timeout_ms", [None, 5000])
+async def test_a_handlers_own_timeout_error_is_its_failure(
+    client: Client, make_agent: Callable[..., Path], timeout_ms: int | None
+) -> None:
+    folder = make_agent(
+        tools={
+            "fetch": f"""
+from toren import define_tool
+
+def fetch(args, ctx):
+    raise TimeoutError("upstream took too long")
+
+tool = define_tool(description="Fetch.", timeout_ms={timeout_ms}, handler=fetch)
+"""
+        },
+        script=[{"tool_calls": [{"name": "fetch", "args": {}}]}, "saw: {last_tool_result}"],
+    )
+    async with serve(client, [folder]):
+        result = await toren_client.run_agent(client, folder.name, "go")
+    assert result.text == "saw: tool fetch failed: TimeoutError: upstream took too long"
+
+
+async def test_a_slow_handler_still_times_out(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        tools={
+            "slow": """
+import asyncio
+from toren import define_tool
+
+async def slow(args, ctx):
+    await asyncio.sleep(30)
+
+tool = define_tool(description="Slow.", timeout_ms=200, handler=slow)
+"""
+        },
+        script=[{"tool_calls": [{"name": "slow", "args": {}}]}, "saw: {last_tool_result}"],
+    )
+    async with serve(client, [folder]):
+        result = await toren_client.run_agent(client, folder.name, "go")
+    assert result.text == "saw: tool slow timed out after 200ms"

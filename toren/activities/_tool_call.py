@@ -209,10 +209,14 @@ async def _run_tool_call(
 
 async def _call(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
     """Run the handler under `timeout_ms`; its failure as an error result (not yet redacted)."""
-    timeout = tool.timeout_ms / 1000 if tool.timeout_ms else None
+    deadline = asyncio.timeout(tool.timeout_ms / 1000 if tool.timeout_ms else None)
     try:
-        return await asyncio.wait_for(tool.call(args, ctx), timeout)
-    except TimeoutError:
+        async with deadline:
+            return await tool.call(args, ctx)
+    except TimeoutError as err:
+        if not deadline.expired():
+            # The handler's own TimeoutError (an upstream call of its own timed out).
+            return _failed(tool, err)
         return ToolResult(
             status="error", error=f"tool {tool.name} timed out after {tool.timeout_ms}ms"
         )
