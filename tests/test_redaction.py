@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tests.conftest import HISTORIES, secret, task_failures
+from tests.test_context import ECHO
 from toren import client as toren_client
 from toren._redact import MARKER, Redactor, forms
 from toren.activities import AgentRuntime
@@ -74,15 +75,6 @@ tool = define_tool(
     input={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
     uses=["echo", "inner"],
     handler=leak,
-)
-"""
-
-ECHO = """
-from toren import define_tool
-tool = define_tool(
-    description="Echo.",
-    input={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-    handler=lambda a, c: "echo:" + a["text"],
 )
 """
 
@@ -194,7 +186,8 @@ async def test_no_secret_reaches_any_payload_of_the_chain(
     assert events[0]["event"] == f"e-{MARKER}"
     assert events[0]["data"] == {"quoted": MARKER, "region": MARKER}
     (messages,) = seen
-    tools = [m["content"] for m in messages if m.get("role") == "tool"]
+    # Without the idempotency key ECHO appends.
+    tools = [m["content"].split(" key=")[0] for m in messages if m.get("role") == "tool"]
     expected = [
         json.dumps({"quoted": MARKER, "key": MARKER}, ensure_ascii=False),
         "stored",
@@ -306,25 +299,3 @@ tool = define_tool(description="Fetch.", timeout_ms={timeout_ms}, handler=fetch)
     async with serve(client, [folder]):
         result = await toren_client.run_agent(client, folder.name, "go")
     assert result.text == "saw: tool fetch failed: TimeoutError: upstream took too long"
-
-
-async def test_a_slow_handler_still_times_out(
-    client: Client, make_agent: Callable[..., Path]
-) -> None:
-    folder = make_agent(
-        tools={
-            "slow": """
-import asyncio
-from toren import define_tool
-
-async def slow(args, ctx):
-    await asyncio.sleep(30)
-
-tool = define_tool(description="Slow.", timeout_ms=200, handler=slow)
-"""
-        },
-        script=[{"tool_calls": [{"name": "slow", "args": {}}]}, "saw: {last_tool_result}"],
-    )
-    async with serve(client, [folder]):
-        result = await toren_client.run_agent(client, folder.name, "go")
-    assert result.text == "saw: tool slow timed out after 200ms"
