@@ -86,6 +86,22 @@ def secret(value: str) -> str:
     return value
 
 
+def secret_hits() -> list[tuple[str, int]]:
+    """(secret, history index) for each secret found in a fetched history, in any form.
+
+    A payload holds JSON, so a secret with a quote, a backslash or non-ASCII sits there escaped:
+    each form `toren._redact` knows is searched, not only the literal.
+    """
+    from toren._redact import forms
+
+    return [
+        (s, i)
+        for s in SECRETS
+        for i, h in enumerate(HISTORIES)
+        if any(f.encode() in h for f in {s, *forms(s)})
+    ]
+
+
 @pytest.fixture
 async def run_id() -> AsyncIterator[str]:
     yield f"run-{uuid.uuid4().hex[:12]}"
@@ -127,7 +143,7 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, every: f
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print the suite-wide secret search's figures (checked by `test_zz_secrets`)."""
     if HISTORIES:
-        hits = sum(1 for s in SECRETS for h in HISTORIES if s.encode() in h)
+        hits = len(secret_hits())
         terminalreporter.write_line(
             f"secret search: {len(SECRETS)} secret values x {len(HISTORIES) // 2} fetched "
             f"histories (JSON and protobuf): {hits} hits"

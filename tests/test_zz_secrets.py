@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import HISTORIES, SECRETS
+from tests.conftest import HISTORIES, SECRETS, secret_hits
 
 
 def test_no_secret_in_any_fetched_history() -> None:
     if not HISTORIES or not SECRETS:
         pytest.skip("no test in this session fetched a history with a secret set")
-    hits = [(s, i) for s in SECRETS for i, h in enumerate(HISTORIES) if s.encode() in h]
+    hits = secret_hits()
     print(f"secret search: {len(SECRETS)} secrets x {len(HISTORIES)} histories, {len(hits)} hits")
     assert not hits

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import httpx
 
+from toren._redact import redactor
 from toren.errors import TorenError
 
 __all__ = [
@@ -70,7 +71,7 @@ class HTTPFailure(TorenError):
         retry_after: float | None = None,
     ) -> None:
         # Redacted here, where every failure is built: the text lands in history and logs.
-        super().__init__(message.replace(secret, "[redacted]") if secret else message)
+        super().__init__(redactor([secret]).text(message))
         self.reason: Reason = reason
         self.status = status
         self.retry_after = retry_after
@@ -102,7 +103,8 @@ async def post_json(
         url: Where to post.
         body: The JSON body.
         headers: Headers to send (auth, versions, `Accept`).
-        secret: The API key; it is replaced by `[redacted]` in every error text.
+        secret: The API key; it is replaced by `[redacted]` in every error text (in each form
+            `toren._redact` knows).
         transport: An httpx transport to use instead of the network (tests pass an
             `httpx.MockTransport`), or None.
         timeout: Seconds httpx allows for each of connecting, writing, reading and pool waits.

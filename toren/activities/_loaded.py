@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from toren._agent import Agent
+from toren._redact import Redactor, redactor
 from toren._types import AgentSpec, ToolSpec
 from toren.models import ModelProvider
 
 __all__ = ["LoadedAgent"]
+
+_PLAIN = re.compile(r"[+-]?\d+(\.\d+)?|true|false|yes|no|on|off", re.IGNORECASE)
+"""Optional env values that are obviously not secret: numbers and yes/no words."""
 
 
 @dataclass
@@ -62,6 +68,27 @@ class LoadedAgent:
             ),
         )
 
-    def secrets(self) -> list[str]:
-        """Values to keep out of history: the required env (keys, passwords, tokens)."""
-        return [self.env[n] for n in self.agent.required_env() if len(self.env.get(n, "")) >= 4]
+    def secrets(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Values to keep out of history, by name (short ones included; see `toren._redact`).
+
+        The required env (keys, passwords, tokens); the optional env the worker's environment
+        set, unless it is the default agent.yaml already shows or a number or yes/no word; and
+        the `secret` variables of every tool of the agent, since a tool may invoke another.
+        """
+        environ = os.environ if environ is None else environ
+        found = {n: self.env[n] for n in self.agent.required_env() if self.env.get(n)}
+        defaults = self.agent.config.env.optional
+        for name, value in self.env.items():
+            if name in found or not value or value == defaults.get(name):
+                continue
+            if not _PLAIN.fullmatch(value.strip()):
+                found[name] = value
+        for tool in self.agent.tools.values():
+            for var in tool.variables:
+                if var.type == "secret" and environ.get(var.name):
+                    found[var.name] = environ[var.name]
+        return found
+
+    def redactor(self) -> Redactor:
+        """The redactor every value this agent's calls send to Temporal goes through."""
+        return redactor(self.secrets().values())

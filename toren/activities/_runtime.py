@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from toren._agent import Agent, load_agent, process_specs
 from toren._attempts import carried, with_failure
 from toren._limits import cut_message
+from toren._redact import MIN_SECRET_CHARS
 from toren._tool import Tool
 from toren._transcript import TranscriptCache, tool_message
 from toren._types import (
@@ -37,7 +38,6 @@ from toren.activities._loaded import LoadedAgent
 from toren.activities._tool_call import (
     missing_variables,
     read_transcript,
-    redact,
     run_tool_call,
     validation_text,
 )
@@ -108,11 +108,11 @@ class AgentRuntime:
                         )
                 provider = (models or {}).get(model) or provider_for(model, env, agent.folder)
                 processes = process_specs(agent.config, agent.folder)
-                loaded.append(
-                    LoadedAgent(
-                        agent=agent, env=env, provider=provider, model=model, processes=processes
-                    )
+                ready = LoadedAgent(
+                    agent=agent, env=env, provider=provider, model=model, processes=processes
                 )
+                _warn_short_secrets(ready, environ)
+                loaded.append(ready)
             except ConfigError as err:
                 problems += err.problems
         names = [a.agent.name for a in loaded]
@@ -181,7 +181,8 @@ class AgentRuntime:
         self, agent: str, tool: str, call_id: str, args: dict[str, Any]
     ) -> ApprovalCheck:
         """Evaluate a tool's approval policy on the call's args (recorded in history)."""
-        t = self._get(agent).agent.tools[tool]
+        loaded = self._get(agent)
+        t = loaded.agent.tools[tool]
         check = ApprovalCheck(gated=True, call_id=call_id, tool=tool)
         if t.approval_kind == "always":
             check.reason = "approval: always"
@@ -190,10 +191,15 @@ class AgentRuntime:
             check.gated = t.needs_approval(args)
             check.reason = "its approval predicate matched" if check.gated else ""
         except ValidationError as err:
-            check.error = validation_text(err)
+            check.error = loaded.redactor().text(validation_text(err))
         except Exception as err:
             # A broken predicate gates the call: asking a person is the safe answer.
-            log.warning("approval predicate of %s.%s raised %r; gating the call", agent, tool, err)
+            log.warning(
+                "approval predicate of %s.%s raised %s; gating the call",
+                agent,
+                tool,
+                loaded.redactor().text(repr(err)),
+            )
             check.reason = f"its approval predicate raised {type(err).__name__}"
         return check
 
@@ -226,11 +232,12 @@ class AgentRuntime:
         info = activity.info()
         # The failures of this call's earlier attempts, so history keeps every one (_attempts).
         earlier = carried(info.heartbeat_details)
+        redactor = loaded.redactor()
         async with _heartbeating():
             try:
                 reply = await loaded.provider.complete(request)
             except ModelHTTPError as err:
-                text = redact(str(err), loaded.secrets())
+                text = redactor.text(str(err))
                 failed = with_failure(earlier, info.attempt, err.status, text)
                 activity.heartbeat(failed)
                 raise ApplicationError(
@@ -242,19 +249,23 @@ class AgentRuntime:
                         timedelta(seconds=err.retry_after) if err.retry_after else None
                     ),
                 ) from None
-            except (asyncio.CancelledError, ApplicationError):
+            except asyncio.CancelledError:
                 raise
+            except ApplicationError as err:
+                raise redactor.failure(err) from None
             except Exception as err:
                 # Not an HTTP failure (those are ModelHTTPError): a bug in a provider or a
-                # scripted step; retrying would only repeat it.
-                text = redact(f"{type(err).__name__}: {err}", loaded.secrets())
+                # scripted step; retrying would only repeat it. No cause: Temporal would record
+                # its text unredacted.
+                text = redactor.text(f"{type(err).__name__}: {err}")
                 raise ApplicationError(
                     text,
                     with_failure(earlier, info.attempt, None, text),
                     type="ModelProviderError",
                     non_retryable=True,
-                ) from err
-        message = cut_message(reply.message())
+                ) from None
+        # A model may repeat a secret it was given (in a prompt, say): its reply is redacted too.
+        message = cut_message(redactor.value(reply.message()))
         self.transcripts.store(input.run_key, [*messages, message])
         return ModelCallResult(
             message=message, usage=reply.usage, model=reply.model, finish_reason=reply.finish_reason
@@ -281,6 +292,26 @@ class AgentRuntime:
             return result
 
         return run_tool
+
+
+def _warn_short_secrets(loaded: LoadedAgent, environ: Mapping[str, str]) -> None:
+    declared = set(loaded.agent.required_env()) | {
+        v.name for t in loaded.agent.tools.values() for v in t.variables if v.type == "secret"
+    }
+    short = sorted(
+        n
+        for n, value in loaded.secrets(environ).items()
+        if n in declared and len(value) < MIN_SECRET_CHARS
+    )
+    if short:
+        log.warning(
+            "agent %s: %s %s shorter than %d characters, too short to redact: it may appear "
+            "in history",
+            loaded.agent.name,
+            ", ".join(short),
+            "is" if len(short) == 1 else "are",
+            MIN_SECRET_CHARS,
+        )
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from toren._context import ToolContext, ToolResult
 from toren._limits import MAX_CHANGES_BYTES, cut_text
+from toren._redact import Redactor
 from toren._schema import validate_args
 from toren._storage import result_limit
 from toren._tool import Tool
@@ -33,7 +34,6 @@ __all__ = [
     "RunHooks",
     "missing_variables",
     "read_transcript",
-    "redact",
     "run_tool_call",
     "validation_text",
 ]
@@ -122,14 +122,15 @@ class RunHooks:
             )
             self.depth += 1
             try:
-                result = await _call(target, dict(args), child, self.loaded.secrets())
+                result = await _call(target, dict(args), child)
             finally:
                 self.depth -= 1
         ctx.changes.invoked.append(
             {
                 "tool": name,
                 "args": dict(args),
-                "result": result.text[:INVOKED_RESULT_CHARS],
+                # Redacted before the cut: a cut secret would no longer match.
+                "result": self.loaded.redactor().text(result.text)[:INVOKED_RESULT_CHARS],
                 "is_error": result.is_error,
             }
         )
@@ -137,9 +138,28 @@ class RunHooks:
 
 
 async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -> ToolCallResult:
-    """Run one call of `tool` under its contract; never raises for a handler's failure."""
+    """Run one call of `tool` under its contract; never raises for a handler's failure.
+
+    Everything it returns or raises has gone through the agent's redactor: the result, every
+    change (state, events, queued and invoked calls, messages, attachment names) and a
+    retryable error's message and details.
+
+    Raises:
+        ApplicationError: The handler asked Temporal to retry (redacted), or toren failed.
+    """
+    redactor = loaded.redactor()
+    try:
+        return await _run_tool_call(loaded, tool, input, redactor)
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:
+        raise redactor.failure(err) from None
+
+
+async def _run_tool_call(
+    loaded: LoadedAgent, tool: Tool, input: ToolCallInput, redactor: Redactor
+) -> ToolCallResult:
     info = activity.info()
-    secrets = [*loaded.secrets(), *_secret_variables(tool, os.environ)]
     absent = missing_variables(tool, os.environ)
     if absent:
         return ToolCallResult(
@@ -160,7 +180,7 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         uses=tool.uses,
         hooks=RunHooks(loaded, input.run_key),
     )
-    result = await _call(tool, input.args, ctx, secrets)
+    result = await _call(tool, input.args, ctx)
     if result.attachments:
         from toren._attachments import store_result_attachments
 
@@ -170,8 +190,9 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         listing = ", ".join(f"{r['name']} ({r['id']})" for r in refs)
         result.result = (result.result or "") + f"\n[attachments: {listing}]"
     # With external storage a big result leaves history; only the store's own cap applies.
-    text = cut_text(redact(result.text, secrets), result_limit(), what=f"tool {tool.name}'s result")
-    changes = ctx.changes.to_json()
+    # Redacted before the cut, so a secret across the cut cannot leave a piece behind.
+    text = cut_text(redactor.text(result.text), result_limit(), what=f"tool {tool.name}'s result")
+    changes = redactor.value(ctx.changes.to_json())
     if changes and len(json.dumps(changes).encode()) > MAX_CHANGES_BYTES:
         text = (
             f"tool {tool.name} recorded {len(json.dumps(changes).encode()):,} bytes of state, "
@@ -186,13 +207,17 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
     )
 
 
-async def _call(
-    tool: Tool, args: Mapping[str, Any], ctx: ToolContext, secrets: Sequence[str]
-) -> ToolResult:
+async def _call(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
+    """Run the handler under `timeout_ms`; its failure as an error result (not yet redacted)."""
     timeout_ms = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
+    deadline = asyncio.timeout(timeout_ms / 1000)
     try:
-        return await asyncio.wait_for(tool.call(args, ctx), timeout_ms / 1000)
-    except TimeoutError:
+        async with deadline:
+            return await tool.call(args, ctx)
+    except TimeoutError as err:
+        if not deadline.expired():
+            # The handler's own TimeoutError (an upstream call of its own timed out).
+            return _failed(tool, err)
         return ToolResult(status="error", error=f"tool {tool.name} timed out after {timeout_ms}ms")
     except ValidationError as err:
         return ToolResult(
@@ -202,29 +227,18 @@ async def _call(
         raise
     except Exception as err:
         if isinstance(err, ApplicationError) and not err.non_retryable:
-            # The handler asked Temporal to retry (e.g. an upstream 429/5xx), per max_attempts.
+            # The handler asked Temporal to retry (e.g. an upstream 429/5xx), per max_attempts;
+            # `run_tool_call` redacts it on the way out.
             raise
-        text = f"tool {tool.name} failed: {type(err).__name__}: {err}"
-        return ToolResult(status="error", error=redact(text, secrets))
+        return _failed(tool, err)
+
+
+def _failed(tool: Tool, err: BaseException) -> ToolResult:
+    return ToolResult(status="error", error=f"tool {tool.name} failed: {type(err).__name__}: {err}")
 
 
 def _variables(tool: Tool, environ: Mapping[str, str]) -> dict[str, str]:
     return {v.name: environ[v.name] for v in tool.variables if environ.get(v.name)}
-
-
-def _secret_variables(tool: Tool, environ: Mapping[str, str]) -> list[str]:
-    return [
-        environ[v.name]
-        for v in tool.variables
-        if v.type == "secret" and len(environ.get(v.name, "")) >= 4
-    ]
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """`text` with every secret value replaced by `[redacted]`."""
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
-    return text
 
 
 def validation_text(err: ValidationError) -> str:

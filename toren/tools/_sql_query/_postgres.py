@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from toren._redact import redactor
 from toren.errors import SqlQueryError
 from toren.tools._sql_query._rows import READ_ONLY_HINT, Collector, describe
 
@@ -52,11 +53,13 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
         raise SqlQueryError(
             "sql_query needs psycopg for PostgreSQL; install it with pip install 'toren[sql]'"
         ) from None
+    # Neither the URL nor its password (psycopg's parse reads `key=value` conninfo strings too)
+    # may reach the error text, which lands in history.
     try:
         password = str(conninfo_to_dict(url).get("password") or "")
     except psycopg.Error as err:
         raise SqlQueryError(
-            _scrub(f"SQL_DATABASE_URL is not a valid PostgreSQL URL: {err}", url, "")
+            redactor([url]).text(f"SQL_DATABASE_URL is not a valid PostgreSQL URL: {err}")
         ) from None
 
     try:
@@ -68,7 +71,7 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
         )
     except psycopg.Error as err:
         raise SqlQueryError(
-            _scrub(f"cannot connect to PostgreSQL: {describe(err)}", url, password)
+            redactor([url, password]).text(f"cannot connect to PostgreSQL: {describe(err)}")
         ) from None
     try:
         conn.execute("SET default_transaction_read_only = on")
@@ -97,7 +100,7 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
                     break
             return collector.result()
     except psycopg.Error as err:
-        raise SqlQueryError(_scrub(_postgres_message(err), url, password)) from None
+        raise SqlQueryError(redactor([url, password]).text(_postgres_message(err))) from None
     finally:
         # A broken connection cannot roll back, but the server does so when it closes.
         with contextlib.suppress(psycopg.Error):
@@ -145,11 +148,3 @@ def _without_declare(text: str) -> str:
             caret = lines[i + 1]
             lines[i + 1] = caret[:start] + caret[cut:]
     return "\n".join(lines)
-
-
-def _scrub(text: str, url: str, password: str) -> str:
-    # Error text lands in Temporal's history; neither the URL nor its password may.
-    for secret in (url, password):
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    return text
