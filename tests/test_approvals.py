@@ -261,3 +261,24 @@ async def test_bad_decide_requests_and_misspelled_signals_are_refused_with_the_f
 async def _refused_at_least(handle: WorkflowHandle[Any, Any], n: int) -> list[dict[str, Any]]:
     refused: list[dict[str, Any]] = await handle.query("refused_signals")
     return refused if len(refused) >= n else []
+
+
+async def test_a_run_started_by_any_client_says_what_it_is_in_the_web_ui(
+    pay_agent: tuple[Path, Path], dev_server: Any, client: Client
+) -> None:
+    folder, log = pay_agent
+    plain = await Client.connect(dev_server.address)  # no toren, no static summary
+    async with serve(client, [folder], environ={"PAY_LOG": str(log)}):
+        handle = await plain.start_workflow(
+            "AgentRun",
+            {"agent": folder.name, "prompt": "Pay the big one\nthen report"},
+            id=f"{folder.name}-plain",
+            task_queue=folder.name,
+        )
+        await wait_for(lambda: toren_client.pending(client, handle.id))
+        metadata = await handle.query("__temporal_workflow_metadata")
+        details = metadata.current_details
+        await handle.signal("approve", {"call_id": "big", "by": "dave"})
+        await handle.result()
+    assert details.startswith(f"**{folder.name}**: Pay the big one\n\nstep 1, ")
+    assert "`pay` — call `big`" in details

@@ -78,7 +78,9 @@ class AgentRun:
         # Signal handlers and queries may run before `run` starts, so these exist from here.
         self._run = RunState()
         self._approvals = approvals.Approvals(
-            refused=lambda: self._run.refused, on_change=self._sync_status
+            refused=lambda: self._run.refused,
+            on_change=self._sync_status,
+            headline=self._headline,
         )
         self._status = StatusAttributes()
 
@@ -158,6 +160,19 @@ class AgentRun:
             ) from None
         return spec
 
+    def _headline(self) -> str:
+        """What a person sees first in the Web UI: which agent, asked what, how far."""
+        if not hasattr(self, "_input"):
+            return ""
+        prompt = self._input.prompt.strip().splitlines()[0] if self._input.prompt.strip() else ""
+        if len(prompt) > 160:
+            prompt = prompt[:157] + "…"
+        run = self._run
+        return (
+            f"**{self._input.agent}**: {prompt}\n\n"
+            f"step {run.step}, {run.tool_calls} tool calls, run {run.runs} of its chain"
+        )
+
     @property
     def _spec(self) -> AgentSpec:
         if self._run.spec is None:
@@ -230,6 +245,7 @@ class AgentRun:
                     kind="BudgetExceeded",
                 )
             run.step += 1
+            self._approvals.publish()  # the details say how far the run got
             for notice in run.notices:
                 self._transcript.append(notice, {"message": notice})
             run.notices.clear()

@@ -53,16 +53,22 @@ class Approvals:
     """Pending approvals, decisions and refusals of one run."""
 
     def __init__(
-        self, refused: Callable[[], list[dict[str, Any]]], on_change: Callable[[], None]
+        self,
+        refused: Callable[[], list[dict[str, Any]]],
+        on_change: Callable[[], None],
+        headline: Callable[[], str] = lambda: "",
     ) -> None:
         """Create the bookkeeping of one run.
 
         Args:
             refused: the run's list of refused signals (it lives in the run's `RunState`).
             on_change: called when calls start or stop waiting (keeps the inbox current).
+            headline: what the run is and how far it got, above the approvals in the details
+                (a run started by any client shows it, with or without a summary).
         """
         self._refused = refused
         self._on_change = on_change
+        self._headline = headline
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, Decision] = {}
 
@@ -182,7 +188,9 @@ class Approvals:
 
     def publish(self) -> None:
         """Set the run's current details (Markdown, shown in the Web UI) to what is waiting."""
-        workflow.set_current_details(self.details())
+        headline = self._headline()
+        details = self.details()
+        workflow.set_current_details(f"{headline}\n\n{details}" if headline else details)
 
     def details(self) -> str:
         """Markdown telling a person what waits and exactly what to paste to decide it."""
