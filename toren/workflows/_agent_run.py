@@ -7,6 +7,10 @@ call under its contract), `_approvals` (pending calls, decisions, refused signal
 `_background` (child runs), `_status` (the inbox's search attributes). Everything that can
 differ between executions runs in an activity; this package imports no user code, no HTTP
 client and no model SDK (a test holds it to that).
+
+Over 400 lines on purpose: Temporal needs every signal, update and query handler to be a
+method of the workflow class, so the handlers (a third of the file) stay here; the rest of the
+run's logic lives in the modules named above.
 """
 
 from __future__ import annotations
