@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -40,16 +41,50 @@ from toren.errors import ConfigError, TorenError
 __all__ = ["entrypoint", "main"]
 
 
-def _ui_url(run_id: str) -> str:
-    base = os.environ.get("TOREN_UI_URL", "http://localhost:8233")
-    namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
-    return f"{base}/namespaces/{namespace}/workflows/{run_id}"
+def _ui_url(client: Client, run_id: str) -> str | None:
+    """The run's Web UI page, or None when nothing says where the UI is.
+
+    From `TOREN_UI_URL` or `TEMPORAL_UI_URL`; else only for the dev server's default address,
+    whose UI is on 8233 (a gRPC port says nothing of its UI's port).
+    """
+    base = os.environ.get("TOREN_UI_URL") or os.environ.get("TEMPORAL_UI_URL")
+    if not base:
+        host = client.service_client.config.target_host
+        if host not in ("localhost:7233", "127.0.0.1:7233"):
+            return None
+        base = "http://localhost:8233"
+    return f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows/{run_id}"
+
+
+class _Unreachable(Exception):
+    """The Temporal server did not answer; the message says where we looked and why there."""
+
+
+def _address_source() -> str:
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        return "from TEMPORAL_ADDRESS"
+    profile = os.environ.get("TEMPORAL_PROFILE")
+    if profile:
+        return f"from profile {profile!r} (TEMPORAL_PROFILE)"
+    config_file = os.environ.get("TEMPORAL_CONFIG_FILE")
+    if config_file:
+        return f"from the default profile of {config_file} (TEMPORAL_CONFIG_FILE)"
+    return "the default (set TEMPORAL_ADDRESS or a temporal.toml profile to change it)"
 
 
 async def _connect() -> Client:
-    from toren.connect import connect
+    from toren.connect import connect, connect_config
 
-    return await connect()
+    try:
+        return await connect()
+    except RuntimeError as err:
+        if "connect" not in str(err).lower():
+            raise
+        address = connect_config().get("target_host")
+        raise _Unreachable(
+            f"no Temporal server answers at {address} ({_address_source()}); start the dev "
+            "server with ./temporal-dev.sh (in a toren checkout) or `temporal server start-dev`"
+        ) from err
 
 
 def _default_by() -> str:
@@ -57,6 +92,10 @@ def _default_by() -> str:
         return getpass.getuser()
     except Exception:
         return "cli"
+
+
+# The run `toren run` started, for the word it says on Ctrl-C.
+_started_run: list[str] = []
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -67,7 +106,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("temporalio").setLevel(logging.WARNING)
-    await run_worker(args.agent_dir, model_override=args.model)
+    await run_worker(args.agent_dir, model_override=args.model, client=await _connect())
     return 0
 
 
@@ -87,8 +126,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
         # Past the run's own wall-clock budget, so the workflow ends itself cleanly first.
         execution_timeout=timedelta(minutes=wall + 5) if wall else None,
     )
+    _started_run.append(handle.id)
     print(f"run {handle.id} started (agent {agent.name}, task queue {agent.task_queue})")
-    print(f"  Web UI: {_ui_url(handle.id)}")
+    ui = _ui_url(client, handle.id)
+    if ui:
+        print(f"  Web UI: {ui}")
     if args.no_wait:
         return 0
     return await _follow(client, handle.id, as_json=args.json, show_help=True)
@@ -373,6 +415,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         return asyncio.run(commands[args.command](args))
+    except _Unreachable as err:
+        print(f"toren: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `toren events RUN | head -1`: the reader left, which is no error of ours. Point
+        # stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except TorenError as err:  # a bad agent folder, missing env, a file that cannot attach
         print(f"toren: {err}", file=sys.stderr)
         return 2
@@ -383,6 +433,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toren: Temporal said: {err.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if args.command == "run" and _started_run:
+            run = _started_run[-1]
+            print(
+                f"\nstopped following; run {run} goes on on the server.\n"
+                f"  follow it:  toren events {run} --follow\n"
+                f"  approve:    toren pending {run}, then toren approve {run} CALL_ID\n"
+                f"  cancel it:  temporal workflow cancel --workflow-id {run}",
+                file=sys.stderr,
+                flush=True,
+            )
         return 130
 
 
@@ -393,8 +453,9 @@ def entrypoint() -> None:
     (`PyGILState_Release`) after the command is done; exiting directly avoids that.
     """
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError):  # the reader (`| head -1`) left early
+            stream.flush()
     os._exit(code)
 
 
