@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from temporalio.client import Client
 
 from tests.conftest import DevServer
+from toren import client as toren_client
+from toren.worker import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,3 +71,131 @@ async def test_no_wait_links_the_web_ui_only_where_it_is_known(
     )
     run_id = out.stdout.split()[1]
     assert f"Web UI: http://ui:9/namespaces/default/workflows/{run_id}" in out.stdout
+
+
+COUNT = """
+from toren import define_tool
+
+tool = define_tool(
+    description="Count.", effects="none", idempotency="none", handler=lambda a, c: "x" * 200
+)
+"""
+
+SLOW = """
+import asyncio
+from toren import define_tool
+
+async def slow(args, ctx):
+    await asyncio.sleep(4)
+    return "slept"
+
+tool = define_tool(description="Slow.", timeout_ms=120_000, handler=slow)
+"""
+
+GATED = """
+from toren import define_tool
+tool = define_tool(description="Needs a person.", approval="always", handler=lambda a, c: "ran")
+"""
+
+
+async def test_run_and_follow_go_through_continue_as_new_to_the_last_run(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    steps = [{"tool_calls": [{"name": "count", "args": {}}]} for _ in range(25)]
+    folder = make_agent(
+        tools={"count": COUNT},
+        script=[*steps, "all done"],
+        limits={"continueAsNewAfterEvents": 100},
+    )
+    async with serve(client, [folder]):
+        out = await _cli(dev_server.address, "run", str(folder), "go", "--id", f"{folder.name}-r")
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = len(await toren_client.histories(client, f"{folder.name}-r"))
+    assert runs >= 2
+    assert out.stdout.count("RunContinuedAsNew") == runs - 1
+    assert "RunCompleted" in out.stdout and "all done" in out.stdout
+
+    # Following by workflow id, whose latest run is the last one, starts at the first run.
+    followed = await _cli(dev_server.address, "events", f"{folder.name}-r", "--follow")
+    assert followed.returncode == 0, followed.stderr
+    lines = followed.stdout.splitlines()
+    assert "RunStarted" in lines[0] and "go" in lines[0]
+    assert "RunCompleted" in lines[-1]
+    assert followed.stdout.count("RunContinuedAsNew") == runs - 1
+
+
+async def test_a_local_tool_calls_start_is_when_it_started(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    slow_local = SLOW.replace(
+        "timeout_ms=120_000,", 'effects="none", idempotency="none", timeout_ms=6_000,'
+    )
+    folder = make_agent(
+        tools={"slow": slow_local},
+        script=[{"tool_calls": [{"id": "s1", "name": "slow", "args": {}}]}, "done"],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await handle.result()
+    events = await toren_client.events(client, handle.id)
+    started = next(e for e in events if e["type"] == "ToolCallStarted")
+    completed = next(e for e in events if e["type"] == "ToolCallCompleted")
+    assert started["local"] is True
+    seconds = (
+        datetime.fromisoformat(completed["at"].rstrip("Z"))
+        - datetime.fromisoformat(started["at"].rstrip("Z"))
+    ).total_seconds()
+    assert 3.5 <= seconds < 30, (started, completed)
+
+
+async def _read_until(stream: asyncio.StreamReader, text: str, seen: list[str]) -> None:
+    while not any(text in line for line in seen):
+        line = await stream.readline()
+        if not line:
+            raise AssertionError(f"{text!r} never came; got:\n" + "".join(seen))
+        seen.append(line.decode())
+
+
+async def test_run_says_what_it_waits_for_and_how_to_go_on_after_ctrl_c(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent(
+        tools={"slow": SLOW, "gated": GATED},
+        script=[
+            {"tool_calls": [{"id": "s1", "name": "slow", "args": {}}]},
+            {"tool_calls": [{"id": "g1", "name": "gated", "args": {}}]},
+            "done",
+        ],
+    )
+    run_id = f"{folder.name}-w"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "toren.cli", "run", str(folder), "go", "--id", run_id,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=_env(dev_server.address),
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    seen: list[str] = []
+    try:
+        # No worker yet: after a few seconds, say so and how to start one.
+        await asyncio.wait_for(_read_until(proc.stdout, "no worker polls", seen), 30)
+        assert f"toren worker {folder}" in seen[-1] and folder.name in seen[-1]
+        async with serve(client, [folder]):
+            await asyncio.wait_for(_read_until(proc.stdout, "tool slow running", seen), 30)
+            assert "of 120 s" in seen[-1]
+            await asyncio.wait_for(_read_until(proc.stdout, "waiting for approval of", seen), 30)
+            assert f"gated (g1) — approve with: toren approve {run_id} g1" in seen[-1]
+            proc.send_signal(signal.SIGINT)
+            code = await asyncio.wait_for(proc.wait(), 30)
+            err = (await proc.stderr.read()).decode()
+            assert code == 130, err
+            assert f"run {run_id} goes on on the server" in err
+            assert f"toren events {run_id} --follow" in err
+            assert f"temporal workflow cancel --workflow-id {run_id}" in err
+            assert "Traceback" not in err
+            # It did go on: approve it and it completes.
+            await toren_client.approve(client, run_id, "g1", by="ops")
+            await client.get_workflow_handle(run_id).result()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -133,29 +133,64 @@ async def cmd_run(args: argparse.Namespace) -> int:
         print(f"  Web UI: {ui}")
     if args.no_wait:
         return 0
-    return await _follow(client, handle.id, as_json=args.json, show_help=True)
+    return await _follow(
+        client, handle.id, as_json=args.json, show_help=True, agent_dir=args.agent_dir
+    )
 
 
-async def _follow(client: Client, run_id: str, *, as_json: bool, show_help: bool) -> int:
-    stream = EventStream()
-    handle = client.get_workflow_handle(run_id)
+async def _follow(
+    client: Client, run_id: str, *, as_json: bool, show_help: bool, agent_dir: str | None = None
+) -> int:
+    """Print the run's events live, from the chain's first run to the one that closes it.
+
+    Exit status 0 when that run completed, 1 when it failed, timed out, was cancelled or
+    terminated. With `show_help`, also say what the run waits for (`toren._watch`).
+    """
+    watcher = None
+    if show_help and not as_json:
+        from toren._watch import watch
+
+        def say(line: str) -> None:
+            print(f"  …  {line}", flush=True)
+
+        watcher = asyncio.create_task(
+            watch(client, run_id, say, agent_dir=agent_dir or "<agent folder>")
+        )
+    try:
+        return await _print_chain(client, run_id, as_json=as_json, show_help=show_help)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _print_chain(client: Client, run_id: str, *, as_json: bool, show_help: bool) -> int:
+    stream = EventStream(client.data_converter)
+    run: str | None = await toren_client.first_run(client, run_id)
     status = 0
-    async for history_event in handle.fetch_history_events(wait_new_event=True):
-        for event in stream.feed(history_event):
-            print(json.dumps(event) if as_json else format_event(event), flush=True)
-            if event["type"] == "ApprovalRequested" and show_help and not as_json:
-                call = event["callId"]
-                print(
-                    f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in the "
-                    f"Web UI (More Actions → Send a Signal → approve, "
-                    f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
-                    f"       toren approve {run_id} {call}\n"
-                    f"       toren deny {run_id} {call} --comment 'why'",
-                    flush=True,
-                )
-            if event["type"] in ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated"):
-                status = 1
+    while run is not None:
+        handle = client.get_workflow_handle(run_id, run_id=run)
+        run = None
+        async for history_event in handle.fetch_history_events(wait_new_event=True):
+            for event in await stream.feed(history_event):
+                print(json.dumps(event) if as_json else format_event(event), flush=True)
+                if event["type"] == "ApprovalRequested" and show_help and not as_json:
+                    call = event["callId"]
+                    print(
+                        f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in "
+                        f"the Web UI (More Actions → Send a Signal → approve, "
+                        f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
+                        f"       toren approve {run_id} {call}\n"
+                        f"       toren deny {run_id} {call} --comment 'why'",
+                        flush=True,
+                    )
+                if event["type"] == "RunContinuedAsNew":
+                    run = event["newRunId"]  # the same run goes on in a new history
+                if event["type"] in _UNSUCCESSFUL:
+                    status = 1
     return status
+
+
+_UNSUCCESSFUL = ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated")
 
 
 async def cmd_events(args: argparse.Namespace) -> int:
