@@ -16,6 +16,7 @@ no worker polls task queue support; start one with: toren worker examples/suppor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -125,17 +126,6 @@ async def watch(
             continue  # the event stream moves on to the next run of the chain, or ends
         now = datetime.now(UTC).timestamp()
         lines = activity_lines(description, now, decode)
-        try:
-            waiting = await handle.query("pending_approvals")
-        except Exception:  # no worker to answer a query yet
-            waiting = []
-        for call in waiting or []:
-            call_id, tool = call.get("call_id"), call.get("tool")
-            line = (
-                f"waiting for approval of {tool} ({call_id}) — approve with: "
-                f"toren approve {run_id} {call_id}"
-            )
-            lines.append((line, line))
         raw = description.raw_description
         task = raw.pending_workflow_task if raw.HasField("pending_workflow_task") else None
         scheduled = _seconds(task.scheduled_time) if task else None
@@ -147,12 +137,28 @@ async def watch(
         )
         if unstarted and not told_no_worker:
             queue = description.task_queue
-            if not await _has_pollers(client, queue):
+            served = True
+            with contextlib.suppress(Exception):  # not allowed to describe queues: say nothing
+                served = await _has_pollers(client, queue)
+            if not served:
                 told_no_worker = True
                 say(
                     f"no worker polls task queue {queue}; the run waits until one does. "
                     f"Start one with: toren worker {agent_dir}"
                 )
+        waiting: list[Any] = []
+        if not unstarted:  # a query waits for a worker; with none it would hang here
+            try:
+                waiting = await asyncio.wait_for(handle.query("pending_approvals"), 5)
+            except Exception:  # a worker busy or gone: ask again on the next tick
+                waiting = []
+        for call in waiting or []:
+            call_id, tool = call.get("call_id"), call.get("tool")
+            line = (
+                f"waiting for approval of {tool} ({call_id}) — approve with: "
+                f"toren approve {run_id} {call_id}"
+            )
+            lines.append((line, line))
         for key, line in lines:
             last = shown.get(key)
             if last is None or (line != key and now - last >= REPEAT_S):
