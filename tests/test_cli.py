@@ -4,6 +4,7 @@ for, how to go on after Ctrl-C, and event logs of any run."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -13,10 +14,17 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from temporalio.client import Client
+import pytest
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.failure.v1 import Failure
+from temporalio.api.history.v1 import HistoryEvent, WorkflowTaskFailedEventAttributes
+from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import DevServer
+from toren import _storage as storage
 from toren import client as toren_client
+from toren._agent import load_agent
+from toren._events import format_event, render
 from toren.worker import serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,3 +209,68 @@ async def test_run_says_what_it_waits_for_and_how_to_go_on_after_ctrl_c(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+BIG = """
+from toren import define_tool
+tool = define_tool(description="A big result.", handler=lambda a, c: "y" * 300_000)
+"""
+
+
+async def test_events_reads_offloaded_results_through_the_payload_store(
+    dev_server: DevServer, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    store = tmp_path / "payloads"
+    stored = await Client.connect(
+        dev_server.address, data_converter=storage.data_converter(f"file://{store}")
+    )
+    folder = make_agent(
+        tools={"big": BIG},
+        script=[{"tool_calls": [{"id": "b1", "name": "big", "args": {}}]}, "done"],
+    )
+    async with serve(stored, [folder]):
+        handle = await toren_client.start_run(stored, folder.name, "go")
+        await handle.result()
+    assert any(p.is_file() for p in store.rglob("*"))  # the result did go to the store
+    out = await _cli(
+        dev_server.address, "events", handle.id, "--json", TOREN_PAYLOAD_STORE=f"file://{store}"
+    )
+    assert out.returncode == 0, out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    completed = next(e for e in events if e["type"] == "ToolCallCompleted")
+    assert completed["result"] == "y" * 300_000
+    assert events[-1]["type"] == "RunCompleted"
+
+
+async def test_events_renders_a_run_whose_input_was_not_an_object(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent()
+    async with serve(client, [folder]):
+        handle = await client.start_workflow(
+            "AgentRun", "just a string", id=f"{folder.name}-bad",
+            task_queue=load_agent(folder).task_queue,
+        )  # fmt: skip
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    out = await _cli(dev_server.address, "events", handle.id)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "RunStarted" in lines[0] and "just a string" in lines[0]
+    assert "RunFailed" in lines[-1] and "InvalidRunInput" in lines[-1]
+
+
+def test_a_workflow_task_failure_is_an_event() -> None:
+    failed = HistoryEvent(
+        event_id=4,
+        event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+        workflow_task_failed_event_attributes=WorkflowTaskFailedEventAttributes(
+            cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR,
+            failure=Failure(message="nondeterminism: activity type changed"),
+        ),
+    )
+    (event,) = render([failed])
+    assert event["type"] == "WorkflowTaskFailed"
+    assert event["cause"] == "NON_DETERMINISTIC_ERROR"
+    assert event["message"] == "nondeterminism: activity type changed"
+    assert "WorkflowTaskFailed" in format_event(event)
