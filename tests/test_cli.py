@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.failure.v1 import Failure
@@ -21,10 +22,12 @@ from temporalio.api.history.v1 import HistoryEvent, WorkflowTaskFailedEventAttri
 from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import DevServer
+from tests.test_model_retries import completion
 from toren import _storage as storage
 from toren import client as toren_client
 from toren._agent import load_agent
 from toren._events import format_event, render
+from toren.models._openai import OpenAIModel
 from toren.worker import serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,3 +277,29 @@ def test_a_workflow_task_failure_is_an_event() -> None:
     assert event["cause"] == "NON_DETERMINISTIC_ERROR"
     assert event["message"] == "nondeterminism: activity type changed"
     assert "WorkflowTaskFailed" in format_event(event)
+
+
+async def test_run_shows_a_model_call_being_retried(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) <= 4:
+            body = {"error": {"message": "The server had an error", "type": "error"}}
+            return httpx.Response(500, json=body)
+        return httpx.Response(200, json=completion("hello after retries"))
+
+    folder = make_agent(model="openai/gpt-4o-mini")
+    model = OpenAIModel("sk-x", transport=httpx.MockTransport(handler))
+    async with serve(
+        client, [folder], environ={"OPENAI_API_KEY": "sk-x"}, models={"openai/gpt-4o-mini": model}
+    ):
+        out = await _cli(dev_server.address, "run", str(folder), "hi")
+    assert out.returncode == 0, out.stdout + out.stderr
+    failed = [line for line in out.stdout.splitlines() if "model call failed (HTTP 500)" in line]
+    assert failed, out.stdout
+    assert re.search(r"attempt \d+/\d+, next in \d+ s", failed[-1]), failed
+    assert len(set(failed)) == len(failed)  # a status line only when it changes
+    assert "hello after retries" in out.stdout
