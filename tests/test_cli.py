@@ -261,6 +261,8 @@ async def test_events_renders_a_run_whose_input_was_not_an_object(
     lines = out.stdout.splitlines()
     assert "RunStarted" in lines[0] and "just a string" in lines[0]
     assert "RunFailed" in lines[-1] and "InvalidRunInput" in lines[-1]
+    followed = await _cli(dev_server.address, "events", handle.id, "--follow")
+    assert followed.returncode == 1, followed.stdout  # the exit status says it failed
 
 
 def test_a_workflow_task_failure_is_an_event() -> None:

@@ -56,7 +56,7 @@ def _ui_url(client: Client, run_id: str) -> str | None:
     return f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows/{run_id}"
 
 
-class _Unreachable(Exception):
+class _Unreachable(TorenError):
     """The Temporal server did not answer; the message says where we looked and why there."""
 
 
