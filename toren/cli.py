@@ -12,7 +12,12 @@ toren attach report.pdf                     parse a file for read_attachment; pr
 toren replay RUN | history.json             replay against this code before you deploy it
 ```
 
-Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...).
+Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...). The Web UI
+link `toren run` prints comes from TOREN_UI_URL (or TEMPORAL_UI_URL), e.g.
+`http://localhost:8233`; unset, it is printed only for the dev server's default localhost:7233.
+`toren run` follows a run across continue-as-new to the run that closes it, says what it waits
+for (a retried model call, a long tool, an approval, no worker), and exits 0 when it completed,
+1 when it failed, timed out, was cancelled or terminated, 130 on Ctrl-C (the run goes on).
 """
 
 from __future__ import annotations
