@@ -136,20 +136,28 @@ async def test_run_and_follow_go_through_continue_as_new_to_the_last_run(
     assert followed.stdout.count("RunContinuedAsNew") == runs - 1
 
 
+async def _run_one_call(
+    client: Client, make_agent: Callable[..., Path], tool: str, source: str
+) -> str:
+    """Run an agent whose model calls `tool` once and then says done; the run's id."""
+    folder = make_agent(
+        tools={tool: source},
+        script=[{"tool_calls": [{"id": "c1", "name": tool, "args": {}}]}, "done"],
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await handle.result()
+    return handle.id
+
+
 async def test_a_local_tool_calls_start_is_when_it_started(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
     slow_local = SLOW.replace(
         "timeout_ms=120_000,", 'effects="none", idempotency="none", timeout_ms=6_000,'
     )
-    folder = make_agent(
-        tools={"slow": slow_local},
-        script=[{"tool_calls": [{"id": "s1", "name": "slow", "args": {}}]}, "done"],
-    )
-    async with serve(client, [folder]):
-        handle = await toren_client.start_run(client, folder.name, "go")
-        await handle.result()
-    events = await toren_client.events(client, handle.id)
+    run_id = await _run_one_call(client, make_agent, "slow", slow_local)
+    events = await toren_client.events(client, run_id)
     started = next(e for e in events if e["type"] == "ToolCallStarted")
     completed = next(e for e in events if e["type"] == "ToolCallCompleted")
     assert started["local"] is True
@@ -227,16 +235,10 @@ async def test_events_reads_offloaded_results_through_the_payload_store(
     stored = await Client.connect(
         dev_server.address, data_converter=storage.data_converter(f"file://{store}")
     )
-    folder = make_agent(
-        tools={"big": BIG},
-        script=[{"tool_calls": [{"id": "b1", "name": "big", "args": {}}]}, "done"],
-    )
-    async with serve(stored, [folder]):
-        handle = await toren_client.start_run(stored, folder.name, "go")
-        await handle.result()
+    run_id = await _run_one_call(stored, make_agent, "big", BIG)
     assert any(p.is_file() for p in store.rglob("*"))  # the result did go to the store
     out = await _cli(
-        dev_server.address, "events", handle.id, "--json", TOREN_PAYLOAD_STORE=f"file://{store}"
+        dev_server.address, "events", run_id, "--json", TOREN_PAYLOAD_STORE=f"file://{store}"
     )
     assert out.returncode == 0, out.stderr
     events = [json.loads(line) for line in out.stdout.splitlines()]
