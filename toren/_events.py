@@ -7,49 +7,89 @@ for event in render(history):
 ```
 
 Event types: RunStarted, LlmCallStarted, LlmCallCompleted, LlmCallFailed (one per failed
-attempt, from the records `toren._attempts` describes), ToolCallStarted,
-ToolCallCompleted (with attachments by name and id), ToolCallFailed, ApprovalRequested,
-ApprovalResolved, SignalRefused, and what tools did through their context: ToolInvoked,
-StateSet, ToolEvent, ToolQueued, MessageInjected; then RunCompleted or RunFailed (also
-RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew). Nothing here is stored twice:
-the log is derived from the history, which stays the one source of truth.
+attempt, from the records `toren._attempts` describes), ToolCallStarted (for a local tool call,
+dated when it started, not when its marker was written), ToolCallCompleted (with attachments by
+name and id), ToolCallFailed, ApprovalRequested, ApprovalResolved, SignalRefused, and what tools
+did through their context: ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then
+RunCompleted or RunFailed (also RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew);
+WorkflowTaskFailed when a worker could not run the workflow's code. Nothing here is stored
+twice: the log is derived from the history, which stays the one source of truth. Payloads an
+offloading store holds are read first with `read_through`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.api.common.v1 import Payloads
-from temporalio.api.enums.v1 import EventType
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
+from temporalio.converter import DataConverter, PayloadConverter
 from temporalio.converter import default as default_converter
 
 from toren._attempts import attempts_before, failure_record
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
-__all__ = ["Event", "EventStream", "format_event", "render"]
+__all__ = ["Event", "EventStream", "format_event", "read_through", "render"]
 
 Event = dict[str, Any]
 
 _CONVERTER = default_converter().payload_converter
 
 
-def _decode(payloads: Payloads | None) -> list[Any]:
+def _decode(payloads: Payloads | None, converter: PayloadConverter) -> list[Any]:
     if payloads is None or not payloads.payloads:
         return []
     try:
-        return list(_CONVERTER.from_payloads(list(payloads.payloads)))
+        return list(converter.from_payloads(list(payloads.payloads)))
     except Exception:
         return ["<undecodable payload>"]
 
 
-def _first(payloads: Payloads | None) -> Any:
-    values = _decode(payloads)
-    return values[0] if values else None
+def _payloads_in(message: Message) -> Iterator[Payload]:
+    """Every `Payload` inside a history event, however deep.
+
+    Inputs, results, failures and their details, marker details, heartbeat details.
+    """
+    for field, value in message.ListFields():
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        if isinstance(value, Message):
+            items: Iterable[Any] = [value]
+        elif hasattr(value, "items"):  # a map field
+            items = value.values()
+        else:  # a repeated field
+            items = value
+        for item in items:
+            if isinstance(item, Payload):
+                yield item
+            elif isinstance(item, Message):
+                yield from _payloads_in(item)
+
+
+async def read_through(events: Iterable[HistoryEvent], converter: DataConverter) -> None:
+    """Replace, in place, each payload of `events` by what it stands for.
+
+    That is the payload store's copy of an offloaded one, decoded by the converter's codec.
+
+    `render` decodes payloads itself without I/O; this is the I/O it needs first, done with the
+    client's converter, so a run whose results went to the store renders whole.
+    """
+    for event in events:
+        for payload in list(_payloads_in(event)):
+            try:
+                # The SDK's own inbound step (reference → store → codec); it has no public
+                # per-payload form that keeps the payload (`decode` returns values).
+                payload.CopyFrom(await converter._transform_inbound_payload(payload))
+            except Exception:  # unreadable here (no store, a missing key): render says so
+                continue
 
 
 def _pick(source: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -59,6 +99,16 @@ def _pick(source: dict[str, Any], *keys: str) -> dict[str, Any]:
         name, _, source_key = key.partition("=")
         fields[name] = source.get(source_key or name)
     return fields
+
+
+def _timestamp_text(value: Any) -> str:
+    """A marker's protobuf timestamp (`{"seconds": .., "nanos": ..}` or RFC 3339) as `at` text."""
+    if isinstance(value, str):
+        return value if value.endswith("Z") else value + "Z"
+    at = datetime.fromtimestamp(
+        int(value.get("seconds", 0)) + int(value.get("nanos", 0)) / 1e9, UTC
+    ).replace(tzinfo=None)
+    return at.isoformat() + "Z"
 
 
 def _failure_text(failure: Any) -> str:
@@ -71,7 +121,8 @@ def _failure_text(failure: Any) -> str:
 
 
 class _Renderer:
-    def __init__(self) -> None:
+    def __init__(self, converter: PayloadConverter | None = None) -> None:
+        self.converter = converter or _CONVERTER
         self.events: list[Event] = []
         self.scheduled: dict[int, dict[str, Any]] = {}
         self.effects: dict[str, str] = {}
@@ -79,6 +130,13 @@ class _Renderer:
         self.model_calls: dict[str, dict[str, Any]] = {}
         self.decided: set[str] = set()
         self.workflow_id = ""
+
+    def _decode(self, payloads: Payloads | None) -> list[Any]:
+        return _decode(payloads, self.converter)
+
+    def _first(self, payloads: Payloads | None) -> Any:
+        values = self._decode(payloads)
+        return values[0] if values else None
 
     def emit(self, source: HistoryEvent, type_: str, **fields: Any) -> None:
         self.events.append(
@@ -89,7 +147,7 @@ class _Renderer:
         t = event.event_type
         if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             a = event.workflow_execution_started_event_attributes
-            run_input = _first(a.input)
+            run_input = self._first(a.input)
             if not isinstance(run_input, dict):  # a wrong input: the run fails at once
                 run_input = {"input": run_input}
             self.emit(
@@ -106,7 +164,8 @@ class _Renderer:
             self._started(event)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             done = event.activity_task_completed_event_attributes
-            self._completed(event, self.scheduled.get(done.scheduled_event_id), _first(done.result))
+            info = self.scheduled.get(done.scheduled_event_id)
+            self._completed(event, info, self._first(done.result))
         elif t in (
             EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
             EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
@@ -120,11 +179,12 @@ class _Renderer:
             self._failed(event, self.scheduled.get(scheduled_id), _failure_text(failure), failure)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             signaled = event.workflow_execution_signaled_event_attributes
-            self._signal(event, signaled.signal_name, _decode(signaled.input), signaled.identity)
+            values = self._decode(signaled.input)
+            self._signal(event, signaled.signal_name, values, signaled.identity)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
             update = event.workflow_execution_update_completed_event_attributes
             if update.outcome.HasField("success"):
-                decision = _first(update.outcome.success)
+                decision = self._first(update.outcome.success)
                 if isinstance(decision, dict) and "approved" in decision:
                     self._resolved(event, decision)
         elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
@@ -138,7 +198,7 @@ class _Renderer:
             )
         elif t == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
             done_child = event.child_workflow_execution_completed_event_attributes
-            output = _first(done_child.result)
+            output = self._first(done_child.result)
             if isinstance(output, dict) and "text" in output:
                 output = output["text"]
             self.emit(
@@ -156,7 +216,7 @@ class _Renderer:
                 error=_failure_text(failed_child.failure),
             )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-            result = _first(event.workflow_execution_completed_event_attributes.result)
+            result = self._first(event.workflow_execution_completed_event_attributes.result)
             result = result if isinstance(result, dict) else {"text": result}
             self.emit(
                 event,
@@ -178,6 +238,18 @@ class _Renderer:
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
             terminated = event.workflow_execution_terminated_event_attributes
             self.emit(event, "RunTerminated", reason=terminated.reason, by=terminated.identity)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            # The worker could not run the workflow's code (a bug, a nondeterminism): the run
+            # is stuck retrying it, which must not look like a healthy run that waits.
+            task_failed = event.workflow_task_failed_event_attributes
+            self.emit(
+                event,
+                "WorkflowTaskFailed",
+                cause=WorkflowTaskFailedCause.Name(task_failed.cause).removeprefix(
+                    "WORKFLOW_TASK_FAILED_CAUSE_"
+                ),
+                message=_failure_text(task_failed.failure),
+            )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             continued = event.workflow_execution_continued_as_new_event_attributes
             self.emit(event, "RunContinuedAsNew", newRunId=continued.new_execution_run_id)
@@ -186,8 +258,8 @@ class _Renderer:
         a = event.marker_recorded_event_attributes
         if a.marker_name != "core_local_activity":
             return
-        meta = _first(a.details["data"]) if "data" in a.details else None
-        result = _first(a.details["result"]) if "result" in a.details else None
+        meta = self._first(a.details["data"]) if "data" in a.details else None
+        result = self._first(a.details["result"]) if "result" in a.details else None
         kind = meta.get("activity_type") if isinstance(meta, dict) else None
         if kind == "toren.agent_spec" and isinstance(result, dict):
             self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
@@ -222,6 +294,12 @@ class _Renderer:
             effects=self.effects.get(tool, ""),
             local=True,
         )
+        # The marker is written when the call ends; its data says when the call was scheduled,
+        # which is when the workflow started it (local activities do not wait in a queue).
+        meta = self._first(marker.details["data"]) if "data" in marker.details else None
+        scheduled = meta.get("original_schedule_time") if isinstance(meta, dict) else None
+        if scheduled:
+            self.events[-1]["at"] = _timestamp_text(scheduled)
         info = {"name": f"local.{tool}", "call_id": call_id}
         if isinstance(result, dict):
             self._completed(event, info, result)
@@ -231,7 +309,7 @@ class _Renderer:
     def _scheduled(self, event: HistoryEvent) -> None:
         a = event.activity_task_scheduled_event_attributes
         name = a.activity_type.name
-        body = _first(a.input)
+        body = self._first(a.input)
         body = body if isinstance(body, dict) else {}
         info = {"name": name, **body}
         self.scheduled[event.event_id] = info
@@ -262,7 +340,7 @@ class _Renderer:
         if info is None or info["name"] != "toren.call_model":
             return
         info["attempt"] = a.attempt
-        for record in attempts_before(a, _decode):
+        for record in attempts_before(a, self._decode):
             self._model_attempt_failed(event, info, record)
 
     def _model_attempt_failed(
@@ -362,7 +440,7 @@ class _Renderer:
         if info is None:
             return
         if info["name"] == "toren.call_model":
-            own = failure_record(failure, _decode)[-1:] if failure is not None else []
+            own = failure_record(failure, self._decode)[-1:] if failure is not None else []
             last = {**(own[0] if own else {}), "attempt": info.get("attempt"), "error": error}
             last.pop("at", None)  # the history's own time of the failure
             self._model_attempt_failed(event, info, last)
@@ -425,19 +503,27 @@ class _Renderer:
 class EventStream:
     """Renders history events one at a time, for following a live run."""
 
-    def __init__(self) -> None:
-        self._renderer = _Renderer()
+    def __init__(self, converter: DataConverter | None = None) -> None:
+        self._converter = converter or default_converter()
+        self._renderer = _Renderer(self._converter.payload_converter)
 
-    def feed(self, event: HistoryEvent) -> list[Event]:
+    async def feed(self, event: HistoryEvent) -> list[Event]:
         """Take one history event; return the log events it produced (often none)."""
+        await read_through([event], self._converter)
         before = len(self._renderer.events)
         self._renderer.handle(event)
         return self._renderer.events[before:]
 
 
-def render(history: WorkflowHistory | Iterable[HistoryEvent]) -> list[Event]:
-    """Render a run's history (one run, or several runs of a chain in order) as events."""
-    renderer = _Renderer()
+def render(
+    history: WorkflowHistory | Iterable[HistoryEvent], converter: PayloadConverter | None = None
+) -> list[Event]:
+    """Render a run's history (one run, or several runs of a chain in order) as events.
+
+    Offloaded payloads must be read first (`read_through`); `converter` is the client's
+    payload converter (default: Temporal's).
+    """
+    renderer = _Renderer(converter)
     events: Sequence[HistoryEvent] | Iterable[HistoryEvent] = (
         history.events if isinstance(history, WorkflowHistory) else history
     )

@@ -12,13 +12,19 @@ toren attach report.pdf                     parse a file for read_attachment; pr
 toren replay RUN | history.json             replay against this code before you deploy it
 ```
 
-Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...).
+Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...). The Web UI
+link `toren run` prints comes from TOREN_UI_URL (or TEMPORAL_UI_URL), e.g.
+`http://localhost:8233`; unset, it is printed only for the dev server's default localhost:7233.
+`toren run` follows a run across continue-as-new to the run that closes it, says what it waits
+for (a retried model call, a long tool, an approval, no worker), and exits 0 when it completed,
+1 when it failed, timed out, was cancelled or terminated, 130 on Ctrl-C (the run goes on).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -40,16 +46,50 @@ from toren.errors import ConfigError, TorenError
 __all__ = ["entrypoint", "main"]
 
 
-def _ui_url(run_id: str) -> str:
-    base = os.environ.get("TOREN_UI_URL", "http://localhost:8233")
-    namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
-    return f"{base}/namespaces/{namespace}/workflows/{run_id}"
+def _ui_url(client: Client, run_id: str) -> str | None:
+    """The run's Web UI page, or None when nothing says where the UI is.
+
+    From `TOREN_UI_URL` or `TEMPORAL_UI_URL`; else only for the dev server's default address,
+    whose UI is on 8233 (a gRPC port says nothing of its UI's port).
+    """
+    base = os.environ.get("TOREN_UI_URL") or os.environ.get("TEMPORAL_UI_URL")
+    if not base:
+        host = client.service_client.config.target_host
+        if host not in ("localhost:7233", "127.0.0.1:7233"):
+            return None
+        base = "http://localhost:8233"
+    return f"{base.rstrip('/')}/namespaces/{client.namespace}/workflows/{run_id}"
+
+
+class _Unreachable(TorenError):
+    """The Temporal server did not answer; the message says where we looked and why there."""
+
+
+def _address_source() -> str:
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        return "from TEMPORAL_ADDRESS"
+    profile = os.environ.get("TEMPORAL_PROFILE")
+    if profile:
+        return f"from profile {profile!r} (TEMPORAL_PROFILE)"
+    config_file = os.environ.get("TEMPORAL_CONFIG_FILE")
+    if config_file:
+        return f"from the default profile of {config_file} (TEMPORAL_CONFIG_FILE)"
+    return "the default (set TEMPORAL_ADDRESS or a temporal.toml profile to change it)"
 
 
 async def _connect() -> Client:
-    from toren.connect import connect
+    from toren.connect import connect, connect_config
 
-    return await connect()
+    try:
+        return await connect()
+    except RuntimeError as err:
+        if "connect" not in str(err).lower():
+            raise
+        address = connect_config().get("target_host")
+        raise _Unreachable(
+            f"no Temporal server answers at {address} ({_address_source()}); start the dev "
+            "server with ./temporal-dev.sh (in a toren checkout) or `temporal server start-dev`"
+        ) from err
 
 
 def _default_by() -> str:
@@ -57,6 +97,10 @@ def _default_by() -> str:
         return getpass.getuser()
     except Exception:
         return "cli"
+
+
+# The run `toren run` started, for the word it says on Ctrl-C.
+_started_run: list[str] = []
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -67,7 +111,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("temporalio").setLevel(logging.WARNING)
-    await run_worker(args.agent_dir, model_override=args.model)
+    await run_worker(args.agent_dir, model_override=args.model, client=await _connect())
     return 0
 
 
@@ -87,33 +131,71 @@ async def cmd_run(args: argparse.Namespace) -> int:
         # Past the run's own wall-clock budget, so the workflow ends itself cleanly first.
         execution_timeout=timedelta(minutes=wall + 5) if wall else None,
     )
+    _started_run.append(handle.id)
     print(f"run {handle.id} started (agent {agent.name}, task queue {agent.task_queue})")
-    print(f"  Web UI: {_ui_url(handle.id)}")
+    ui = _ui_url(client, handle.id)
+    if ui:
+        print(f"  Web UI: {ui}")
     if args.no_wait:
         return 0
-    return await _follow(client, handle.id, as_json=args.json, show_help=True)
+    return await _follow(
+        client, handle.id, as_json=args.json, show_help=True, agent_dir=args.agent_dir
+    )
 
 
-async def _follow(client: Client, run_id: str, *, as_json: bool, show_help: bool) -> int:
-    stream = EventStream()
-    handle = client.get_workflow_handle(run_id)
+async def _follow(
+    client: Client, run_id: str, *, as_json: bool, show_help: bool, agent_dir: str | None = None
+) -> int:
+    """Print the run's events live, from the chain's first run to the one that closes it.
+
+    Exit status 0 when that run completed, 1 when it failed, timed out, was cancelled or
+    terminated. With `show_help`, also say what the run waits for (`toren._watch`).
+    """
+    watcher = None
+    if show_help and not as_json:
+        from toren._watch import watch
+
+        def say(line: str) -> None:
+            print(f"  …  {line}", flush=True)
+
+        watcher = asyncio.create_task(
+            watch(client, run_id, say, agent_dir=agent_dir or "<agent folder>")
+        )
+    try:
+        return await _print_chain(client, run_id, as_json=as_json, show_help=show_help)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _print_chain(client: Client, run_id: str, *, as_json: bool, show_help: bool) -> int:
+    stream = EventStream(client.data_converter)
+    run: str | None = await toren_client.first_run(client, run_id)
     status = 0
-    async for history_event in handle.fetch_history_events(wait_new_event=True):
-        for event in stream.feed(history_event):
-            print(json.dumps(event) if as_json else format_event(event), flush=True)
-            if event["type"] == "ApprovalRequested" and show_help and not as_json:
-                call = event["callId"]
-                print(
-                    f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in the "
-                    f"Web UI (More Actions → Send a Signal → approve, "
-                    f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
-                    f"       toren approve {run_id} {call}\n"
-                    f"       toren deny {run_id} {call} --comment 'why'",
-                    flush=True,
-                )
-            if event["type"] in ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated"):
-                status = 1
+    while run is not None:
+        handle = client.get_workflow_handle(run_id, run_id=run)
+        run = None
+        async for history_event in handle.fetch_history_events(wait_new_event=True):
+            for event in await stream.feed(history_event):
+                print(json.dumps(event) if as_json else format_event(event), flush=True)
+                if event["type"] == "ApprovalRequested" and show_help and not as_json:
+                    call = event["callId"]
+                    print(
+                        f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in "
+                        f"the Web UI (More Actions → Send a Signal → approve, "
+                        f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
+                        f"       toren approve {run_id} {call}\n"
+                        f"       toren deny {run_id} {call} --comment 'why'",
+                        flush=True,
+                    )
+                if event["type"] == "RunContinuedAsNew":
+                    run = event["newRunId"]  # the same run goes on in a new history
+                if event["type"] in _UNSUCCESSFUL:
+                    status = 1
     return status
+
+
+_UNSUCCESSFUL = ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated")
 
 
 async def cmd_events(args: argparse.Namespace) -> int:
@@ -373,6 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         return asyncio.run(commands[args.command](args))
+    except _Unreachable as err:
+        print(f"toren: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `toren events RUN | head -1`: the reader left, which is no error of ours. Point
+        # stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except TorenError as err:  # a bad agent folder, missing env, a file that cannot attach
         print(f"toren: {err}", file=sys.stderr)
         return 2
@@ -383,6 +473,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toren: Temporal said: {err.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if args.command == "run" and _started_run:
+            run = _started_run[-1]
+            print(
+                f"\nstopped following; run {run} goes on on the server.\n"
+                f"  follow it:  toren events {run} --follow\n"
+                f"  approve:    toren pending {run}, then toren approve {run} CALL_ID\n"
+                f"  cancel it:  temporal workflow cancel --workflow-id {run}",
+                file=sys.stderr,
+                flush=True,
+            )
         return 130
 
 
@@ -393,8 +493,9 @@ def entrypoint() -> None:
     (`PyGILState_Release`) after the command is done; exiting directly avoids that.
     """
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BrokenPipeError):  # the reader (`| head -1`) left early
+            stream.flush()
     os._exit(code)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.common import SearchAttributeKey
 
-from toren._events import Event, render
+from toren._events import Event, read_through, render
 from toren._types import Decision, PendingApproval, RunInput, RunResult
 from toren.errors import UsageError
 
@@ -40,6 +40,7 @@ __all__ = [
     "decide",
     "deny",
     "events",
+    "first_run",
     "histories",
     "inbox",
     "pending",
@@ -164,9 +165,28 @@ async def histories(client: Client, run_id: str) -> list[WorkflowHistory]:
             return list(reversed(chain))
 
 
+async def first_run(client: Client, run_id: str) -> str:
+    """The run id of the first run of a workflow id's continue-as-new chain."""
+    run: str | None = None
+    while True:
+        handle = client.get_workflow_handle(run_id, run_id=run)
+        async for first in handle.fetch_history_events(page_size=1):
+            started = first.workflow_execution_started_event_attributes
+            break
+        else:  # pragma: no cover - a run always has its started event
+            raise RuntimeError(f"run {run_id!r} has an empty history")
+        if not started.continued_execution_run_id:
+            if run is None:  # the latest run is the first: name it, so following stays on it
+                run = (await handle.describe()).run_id
+            return run
+        run = started.continued_execution_run_id
+
+
 async def events(client: Client, run_id: str) -> list[Event]:
     """The run's history rendered as Toren's event log, across continue-as-new."""
-    return render([e for h in await histories(client, run_id) for e in h.events])
+    chain = [e for h in await histories(client, run_id) for e in h.events]
+    await read_through(chain, client.data_converter)
+    return render(chain, client.data_converter.payload_converter)
 
 
 @dataclass
