@@ -10,6 +10,7 @@
 #
 # TEMPORAL_DEV_PORT (gRPC, default 7233) and TEMPORAL_DEV_UI_PORT (Web UI, default 8233) move the
 # dev server; the worker, the run and every command printed here use the ports it started.
+# DEMO_SKIP_INSTALL=1 skips the pip install into an .venv that is already set up.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -18,8 +19,10 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "==> creating .venv with $python"
   "$python" -m venv .venv
 fi
-echo "==> installing toren and its dev tools into .venv"
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+if [[ "${DEMO_SKIP_INSTALL:-}" != 1 ]]; then
+  echo "==> installing toren and its dev tools into .venv"
+  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+fi
 
 port="${TEMPORAL_DEV_PORT:-7233}"
 ui_port="${TEMPORAL_DEV_UI_PORT:-8233}"
