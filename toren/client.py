@@ -26,6 +26,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError
 
 from toren._events import Event, render
 from toren._types import Decision, PendingApproval, RunInput, RunResult
@@ -174,7 +175,16 @@ async def wait_for_approval(
                     "before any call waited for approval"
                 )
         else:
-            calls = await pending(client, run_id)
+            # A query waits for a worker; with none polling it would block past `timeout`.
+            left = max(1.0, min(5.0, deadline - asyncio.get_running_loop().time()))
+            try:
+                calls: list[PendingApproval] = await handle.query(
+                    "pending_approvals",
+                    result_type=list[PendingApproval],
+                    rpc_timeout=timedelta(seconds=left),
+                )
+            except RPCError:
+                calls = []  # no worker answered yet
             if calls:
                 return calls
         if asyncio.get_running_loop().time() >= deadline:
