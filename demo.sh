@@ -31,6 +31,8 @@ echo "==> starting the Temporal dev server (gRPC 127.0.0.1:$port, Web UI $ui_por
 # The worker, the run and the auto-approver talk to the server just started, never to
 # whatever else listens on 7233.
 export TEMPORAL_ADDRESS="127.0.0.1:$port"
+# `toren run` prints its Web UI link from this.
+export TOREN_UI_URL="${TOREN_UI_URL:-http://localhost:$ui_port}"
 # What a second terminal needs in front of a command to reach this server: `toren` lives in
 # .venv/bin, which is not on the PATH (`source .venv/bin/activate` puts it there).
 env_prefix=""

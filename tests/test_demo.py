@@ -53,6 +53,7 @@ async def test_demo_on_other_ports_uses_them_and_prints_commands_that_work(
     assert f"TEMPORAL_ADDRESS={address} .venv/bin/toren events support-demo-" in out, out
     assert f"http://localhost:{ui_port}/namespaces/default/workflows/support-demo-" in out, out
     assert f"TEMPORAL_DEV_PORT={port} ./temporal-dev.sh stop" in out, out
+    assert "localhost:8233" not in out and ":7233" not in out, out
     assert "source .venv/bin/activate" in out, out
     assert f"Temporal dev server on port {port} stopped" in stop.stdout, stop
     # The run went to the demo's server, not to the one TEMPORAL_ADDRESS named before.
