@@ -39,8 +39,11 @@ case "${1:-start}" in
     fi
     mkdir -p "$state"
     # Its own session (setsid) and no terminal stdin: closing the terminal that started it
-    # (SIGHUP to that session) must not stop it; `./temporal-dev.sh stop` does.
-    setsid nohup "$(temporal_bin)" server start-dev \
+    # (SIGHUP to that session) must not stop it; `./temporal-dev.sh stop` does. macOS has no
+    # setsid(1): there nohup alone has to do.
+    detach=(nohup)
+    if command -v setsid >/dev/null; then detach=(setsid nohup); fi
+    "${detach[@]}" "$(temporal_bin)" server start-dev \
       --ip 127.0.0.1 --port "$port" --ui-port "$ui_port" --db-filename "$db" \
       --ui-disable-news-fetch --log-level warn \
       --search-attribute TorenAgent=Keyword \
