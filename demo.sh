@@ -7,6 +7,10 @@
 # Without a terminal (or with DEMO_AUTO_APPROVE=1) the script approves the refund itself after a
 # few seconds, so it also runs unattended. The model is the scripted mock unless OPENAI_API_KEY
 # or ANTHROPIC_API_KEY is set.
+#
+# TEMPORAL_DEV_PORT (gRPC, default 7233) and TEMPORAL_DEV_UI_PORT (Web UI, default 8233) move the
+# dev server; the worker, the run and every command printed here use the ports it started.
+# DEMO_SKIP_INSTALL=1 skips the pip install into an .venv that is already set up.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -15,11 +19,29 @@ if [[ ! -x .venv/bin/python ]]; then
   echo "==> creating .venv with $python"
   "$python" -m venv .venv
 fi
-echo "==> installing toren and its dev tools into .venv"
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+if [[ "${DEMO_SKIP_INSTALL:-}" != 1 ]]; then
+  echo "==> installing toren and its dev tools into .venv"
+  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+fi
 
-echo "==> starting the Temporal dev server"
+port="${TEMPORAL_DEV_PORT:-7233}"
+ui_port="${TEMPORAL_DEV_UI_PORT:-8233}"
+echo "==> starting the Temporal dev server (gRPC 127.0.0.1:$port, Web UI $ui_port)"
 ./temporal-dev.sh
+# The worker, the run and the auto-approver talk to the server just started, never to
+# whatever else listens on 7233.
+export TEMPORAL_ADDRESS="127.0.0.1:$port"
+# `toren run` prints its Web UI link from this.
+export TOREN_UI_URL="${TOREN_UI_URL:-http://localhost:$ui_port}"
+# What a second terminal needs in front of a command to reach this server: `toren` lives in
+# .venv/bin, which is not on the PATH (`source .venv/bin/activate` puts it there).
+env_prefix=""
+stop_prefix=""
+if [[ $port != 7233 ]]; then
+  env_prefix="TEMPORAL_ADDRESS=$TEMPORAL_ADDRESS "
+  stop_prefix="TEMPORAL_DEV_PORT=$port "
+fi
+toren_cmd="$env_prefix.venv/bin/toren"
 
 if [[ -n "${OPENAI_API_KEY:-}" ]]; then
   model="openai/${DEMO_OPENAI_MODEL:-gpt-4o-mini}"
@@ -55,8 +77,12 @@ if [[ ! -t 0 || "${DEMO_AUTO_APPROVE:-}" == 1 ]]; then
   ) &
 fi
 
+echo "==> run $run_id; when it waits, approve from another terminal in $PWD with:"
+echo "      $toren_cmd pending $run_id"
+echo "      $toren_cmd approve $run_id CALL_ID --by you"
+echo "    (\`toren\` below means .venv/bin/toren; \`source .venv/bin/activate\` puts it on the PATH)"
 .venv/bin/toren run examples/support "Order A-1001 arrived broken. Please refund it." --id "$run_id"
 echo
-echo "==> the run as an event log:   .venv/bin/toren events $run_id"
-echo "==> in the Web UI:             http://localhost:8233/namespaces/default/workflows/$run_id"
-echo "==> stop the dev server with:  ./temporal-dev.sh stop"
+echo "==> the run as an event log:   $toren_cmd events $run_id"
+echo "==> in the Web UI:             http://localhost:$ui_port/namespaces/default/workflows/$run_id"
+echo "==> stop the dev server with:  ${stop_prefix}./temporal-dev.sh stop"

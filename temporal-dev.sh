@@ -6,7 +6,8 @@
 #   ./temporal-dev.sh stop     stop it
 #   ./temporal-dev.sh status   say whether it runs
 #
-# TEMPORAL_DEV_PORT, TEMPORAL_DEV_UI_PORT and TEMPORAL_DEV_DB override the defaults.
+# TEMPORAL_DEV_PORT, TEMPORAL_DEV_UI_PORT and TEMPORAL_DEV_DB override the defaults; give
+# `stop` and `status` the same TEMPORAL_DEV_PORT. The server outlives the terminal that started it.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,13 +38,18 @@ case "${1:-start}" in
       exit 0
     fi
     mkdir -p "$state"
-    nohup "$(temporal_bin)" server start-dev \
+    # Its own session (setsid) and no terminal stdin: closing the terminal that started it
+    # (SIGHUP to that session) must not stop it; `./temporal-dev.sh stop` does. macOS has no
+    # setsid(1): there nohup alone has to do.
+    detach=(nohup)
+    if command -v setsid >/dev/null; then detach=(setsid nohup); fi
+    "${detach[@]}" "$(temporal_bin)" server start-dev \
       --ip 127.0.0.1 --port "$port" --ui-port "$ui_port" --db-filename "$db" \
       --ui-disable-news-fetch --log-level warn \
       --search-attribute TorenAgent=Keyword \
       --search-attribute TorenStatus=Keyword \
       --search-attribute TorenPendingApprovals=Int \
-      >"$logfile" 2>&1 &
+      </dev/null >"$logfile" 2>&1 &
     echo $! >"$pidfile"
     for _ in $(seq 1 120); do
       if healthy; then

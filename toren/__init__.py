@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from toren._types import Decision, PendingApproval, RunInput, RunResult
     from toren.activities import AgentRuntime
     from toren.errors import (
+        ApprovalWaitError,
         AttachmentError,
         ConfigError,
         MissingEnvError,
@@ -55,6 +56,7 @@ __all__ = [
     "AgentConfig",
     "AgentRun",
     "AgentRuntime",
+    "ApprovalWaitError",
     "Attachment",
     "AttachmentError",
     "ConfigError",

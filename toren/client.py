@@ -6,7 +6,7 @@ from toren.connect import connect
 
 client = await connect()
 handle = await toren_client.start_run(client, "support", "Refund order A-1001")
-for call in await toren_client.pending(client, handle.id):
+for call in await toren_client.wait_for_approval(client, handle.id, timeout=60):
     await toren_client.approve(client, handle.id, call.call_id, by="alice")
 result = await handle.result()
 ```
@@ -17,18 +17,20 @@ A run is also startable without toren: `AgentRun` takes a plain JSON object
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError
 
 from toren._events import Event, read_through, render
 from toren._types import Decision, PendingApproval, RunInput, RunResult
-from toren.errors import UsageError
+from toren.errors import ApprovalWaitError, UsageError
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -46,6 +48,7 @@ __all__ = [
     "pending",
     "run_agent",
     "start_run",
+    "wait_for_approval",
 ]
 
 
@@ -149,6 +152,48 @@ async def pending(client: Client, run_id: str) -> list[PendingApproval]:
         "pending_approvals", result_type=list[PendingApproval]
     )
     return calls
+
+
+async def wait_for_approval(
+    client: Client, run_id: str, *, timeout: float = 60.0, every: float = 0.2
+) -> list[PendingApproval]:
+    """Wait until at least one call of the run waits for a decision; return the waiting calls.
+
+    `pending` answers at once, so right after `start_run` it is usually `[]`: the run has not
+    reached its gated call yet. Use this before approving.
+
+    Raises:
+        ApprovalWaitError: no call waited within `timeout` seconds, or the run closed first.
+    """
+    handle = client.get_workflow_handle(run_id)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        description = await handle.describe()
+        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+            if description.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                raise ApprovalWaitError(
+                    f"run {run_id!r} closed ({description.status.name.lower()}) "
+                    "before any call waited for approval"
+                )
+        else:
+            # A query waits for a worker; with none polling it would block past `timeout`.
+            left = max(1.0, min(5.0, deadline - asyncio.get_running_loop().time()))
+            try:
+                calls: list[PendingApproval] = await handle.query(
+                    "pending_approvals",
+                    result_type=list[PendingApproval],
+                    rpc_timeout=timedelta(seconds=left),
+                )
+            except RPCError:
+                calls = []  # no worker answered yet
+            if calls:
+                return calls
+        if asyncio.get_running_loop().time() >= deadline:
+            raise ApprovalWaitError(
+                f"no call of run {run_id!r} waited for approval within {timeout:g} s "
+                f"(is a worker serving its task queue? `toren events {run_id}` shows where it is)"
+            )
+        await asyncio.sleep(every)
 
 
 async def histories(client: Client, run_id: str) -> list[WorkflowHistory]:

@@ -13,6 +13,7 @@ TorenError                  root of everything toren raises to a user
 │   ├── SqlQueryError       the query was refused or failed
 │   └── SandboxError        a workspace path or command the model got wrong
 ├── UsageError              a call to toren's API with a wrong argument (also a ValueError)
+├── ApprovalWaitError       `wait_for_approval` saw no waiting call in time, or the run closed
 ├── StoreError              the payload or attachment store cannot store or find something
 │   └── AttachmentError     a file cannot be attached or an attachment cannot be read
 └── RunError                a run ended by a budget or a deterministic mistake; a workflow
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from temporalio.exceptions import ApplicationError
 
 __all__ = [
+    "ApprovalWaitError",
     "AttachmentError",
     "ConfigError",
     "MissingEnvError",
@@ -137,6 +139,13 @@ class SandboxError(ToolError):
 
 class UsageError(TorenError, ValueError):
     """A call to toren's API (client, CLI) with a wrong argument; the message says the fix."""
+
+
+class ApprovalWaitError(TorenError):
+    """No call of the run waited for a decision in time, or the run closed before one did.
+
+    Raised by `toren.client.wait_for_approval`; the message names the run and what it did.
+    """
 
 
 # -- stores -----------------------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""The README's commands and snippets run as written, against a real dev server.
+
+Which blocks run: a fenced block right after the line `<!-- readme-test: run -->` (an HTML
+comment, invisible on GitHub) is executed; one after `<!-- readme-test: skip -->` is not and
+must be listed in `SKIPPED` with the reason. Every ```bash block carries one of the two marks,
+so a new command cannot slip in untested.
+
+- a ```python block runs as one coroutine (top-level `await` allowed) with `TEMPORAL_ADDRESS`
+  set to the session's dev server and a worker serving `examples/support` (with
+  `SUPPORT_DESK_TOKEN` set) in this process;
+- a ```bash block runs line by line in a shell from the repository root, with `.venv/bin`
+  first on the PATH and `TEMPORAL_ADDRESS` set; each line must exit 0.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import io
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from toren.client import wait_for_approval
+from toren.testing import DevServer
+from toren.worker import serve
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+SKIPPED = {
+    "./demo.sh": "installs into .venv and starts a dev server on 7233; the demo's own test is "
+    "tests/test_example.py (the agent) and tests/test_dev_script.py (the server)",
+}
+"""First line of each block marked skip → why a test cannot run it."""
+
+_BLOCK = re.compile(r"^<!-- readme-test: (run|skip) -->\n```(\w+)\n(.*?)^```", re.M | re.S)
+
+
+def _blocks(mark: str, lang: str) -> list[str]:
+    return [code for m, lg, code in _BLOCK.findall(README) if m == mark and lg == lang]
+
+
+def test_every_shell_block_is_run_or_skipped_with_a_reason() -> None:
+    bash = re.findall(r"^(<!-- readme-test: \w+ -->\n)?```bash\n", README, re.M)
+    assert bash and all(bash), "a ```bash block without <!-- readme-test: run|skip -->"
+    skipped = {code.splitlines()[0].split("#")[0].strip() for code in _blocks("skip", "bash")}
+    assert skipped == set(SKIPPED), "list each skipped block in SKIPPED with its reason"
+    assert _blocks("run", "bash") and _blocks("run", "python")
+
+
+@pytest.fixture
+async def support_worker(client: Client, tmp_path: Path) -> AsyncIterator[None]:
+    environ = {
+        **os.environ,
+        "SUPPORT_DESK_TOKEN": "readme-desk-token",
+        "SUPPORT_OUTBOX": str(tmp_path / "outbox"),
+    }
+    async with serve(client, [ROOT / "examples" / "support"], environ=environ):
+        yield
+
+
+async def _run_python(code: str) -> str:
+    compiled = compile(code, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    out = io.StringIO()
+    scope: dict[str, Any] = {}
+    with contextlib.redirect_stdout(out):
+        result = eval(compiled, scope)  # noqa: S307 - the README's own snippet
+        if asyncio.iscoroutine(result):
+            await asyncio.wait_for(result, 120)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("index", range(len(_blocks("run", "python"))))
+async def test_python_snippet_runs(index: int, dev_server: DevServer, support_worker: None) -> None:
+    out = await _run_python(_blocks("run", "python")[index])
+    # The scripted mock refunds A-1001 once the call is approved, whatever the prompt said.
+    assert "Done: refunded 149.00 on order A-1001" in out, out
+    assert "RunCompleted" in out, out
+
+
+def _shell_lines(code: str) -> list[str]:
+    lines: list[str] = []
+    for raw in code.replace("\\\n", " ").splitlines():
+        line = raw.split(" #")[0].strip()
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("index", range(len(_blocks("run", "bash"))))
+async def test_shell_block_runs(
+    index: int, client: Client, dev_server: DevServer, support_worker: None
+) -> None:
+    # A fresh run id each time, so a rerun on the same server does not collide.
+    suffix = uuid.uuid4().hex[:8]
+    code = _blocks("run", "bash")[index].replace("readme-cli", f"readme-cli-{suffix}")
+    env = {
+        **os.environ,
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
+    started: list[str] = []
+    for line in _shell_lines(code):
+        proc = await asyncio.create_subprocess_shell(
+            line,
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        text = out.decode()
+        assert proc.returncode == 0, f"README line failed: {line}\n{text}"
+        started += re.findall(r"^\s*WorkflowId\s+(\S+)", text, re.M)
+        started += re.findall(rf"readme-cli-{suffix}", line)
+    assert started, "the block started no run"
+    # Every run the block started reaches its approval: a worker served it, as written.
+    for run_id in set(started):
+        calls = await wait_for_approval(client, run_id, timeout=60)
+        assert [c.call_id for c in calls] == ["call_refund"]
+        await client.get_workflow_handle(run_id).terminate("README test done")
