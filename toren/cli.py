@@ -111,7 +111,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("temporalio").setLevel(logging.WARNING)
-    await run_worker(args.agent_dir, model_override=args.model, client=await _connect())
+    await run_worker(args.agent_dir, model_override=args.model, connect=_connect)
     return 0
 
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -99,14 +99,20 @@ async def run_worker(
     folders: Sequence[str | Path],
     *,
     client: Client | None = None,
+    connect: Callable[[], Awaitable[Client]] | None = None,
     model_override: str | None = None,
     ready: asyncio.Event | None = None,
 ) -> None:
-    """Serve `folders` until SIGINT or SIGTERM, then shut down gracefully."""
-    from toren.connect import connect
+    """Serve `folders` until SIGINT or SIGTERM, then shut down gracefully.
+
+    The folders are loaded and checked before connecting, so a wrong agent.yaml or a missing
+    variable is reported even when the server is down. `connect` opens the client when none
+    is given (toren's own `connect()` by default).
+    """
+    from toren.connect import connect as default_connect
 
     runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
-    client = client or await connect()
+    client = client or await (connect or default_connect)()
     await _check_search_attributes(client, runtime)
     workers = build_workers(client, runtime)
     stop = asyncio.Event()
