@@ -1,4 +1,4 @@
-"""Committed histories of every path of AgentRun replay against the current code.
+"""Committed histories of every path of AgentRun and AgentThread replay against the current code.
 
 A change to the workflow's command sequence that breaks one of these is a change that would
 wedge runs in flight: guard it with `workflow.patched` and keep the old history here.
@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from toren import AgentRun
+from toren import AgentRun, AgentThread
 from toren._events import render
 from toren._plugin import TorenPlugin, workflow_runner
 
@@ -28,6 +28,11 @@ EXPECTED_END = {
     "continue_as_new.0": "RunContinuedAsNew",
     "continue_as_new.1": "RunContinuedAsNew",
     "continue_as_new.2": "RunContinuedAsNew",
+    "thread_continue_as_new.0": "RunContinuedAsNew",
+    "thread_approval": "ThreadClosed",
+    "thread_continue_as_new.1": "ThreadClosed",
+    "thread_idle": "ThreadClosed",
+    "thread_two_messages": "ThreadClosed",
 }
 
 
@@ -40,7 +45,8 @@ def test_every_path_has_a_history() -> None:
     assert names >= {
         "plain", "parallel_tools", "approval_granted", "approval_denied", "approval_expired",
         "timeout", "fail_closed", "budget_exhausted", "malformed_signal", "context_powers",
-        "continue_as_new",
+        "continue_as_new", "thread_two_messages", "thread_approval", "thread_continue_as_new",
+        "thread_idle",
     }  # fmt: skip
 
 
@@ -48,7 +54,7 @@ def test_every_path_has_a_history() -> None:
 async def test_history_replays(path: Path) -> None:
     history = load(path)
     replayer = Replayer(
-        workflows=[AgentRun],
+        workflows=[AgentRun, AgentThread],
         workflow_runner=workflow_runner(),
         data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
     )

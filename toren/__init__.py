@@ -27,10 +27,10 @@ from toren import errors as _errors
 if TYPE_CHECKING:
     from toren._agent import Agent, load_agent
     from toren._config import AgentConfig
-    from toren._context import Attachment, ToolResult, Variable
+    from toren._context import Attachment, ExecutionState, ToolResult, Variable
     from toren._plugin import TorenPlugin
     from toren._tool import Tool, ToolContext, define_tool
-    from toren._types import Decision, PendingApproval, RunInput, RunResult
+    from toren._types import Decision, PendingApproval, RunInput, RunResult, ThreadResult
     from toren.activities import AgentRuntime
     from toren.errors import (
         ApprovalWaitError,
@@ -49,18 +49,20 @@ if TYPE_CHECKING:
         WebSearchError,
     )
     from toren.models import ModelProvider, ModelReply, ModelRequest
-    from toren.workflows import AgentRun
+    from toren.workflows import AgentRun, AgentThread
 
 __all__ = [
     "Agent",
     "AgentConfig",
     "AgentRun",
     "AgentRuntime",
+    "AgentThread",
     "ApprovalWaitError",
     "Attachment",
     "AttachmentError",
     "ConfigError",
     "Decision",
+    "ExecutionState",
     "MissingEnvError",
     "ModelError",
     "ModelHTTPError",
@@ -74,6 +76,7 @@ __all__ = [
     "SandboxError",
     "SqlQueryError",
     "StoreError",
+    "ThreadResult",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -92,6 +95,7 @@ _WHERE = {
     "load_agent": "toren._agent",
     "AgentConfig": "toren._config",
     "Attachment": "toren._context",
+    "ExecutionState": "toren._context",
     "ToolResult": "toren._context",
     "Variable": "toren._context",
     "TorenPlugin": "toren._plugin",
@@ -102,11 +106,13 @@ _WHERE = {
     "PendingApproval": "toren._types",
     "RunInput": "toren._types",
     "RunResult": "toren._types",
+    "ThreadResult": "toren._types",
     "AgentRuntime": "toren.activities",
     "ModelProvider": "toren.models",
     "ModelReply": "toren.models",
     "ModelRequest": "toren.models",
     "AgentRun": "toren.workflows",
+    "AgentThread": "toren.workflows",
 }
 """Each public name → the module that defines it."""
 _WHERE.update(dict.fromkeys(_errors.__all__, "toren.errors"))

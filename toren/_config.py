@@ -85,6 +85,9 @@ class Limits(_Strict):
     """Minutes before a workflow timer ends the run with a budget error; `None`: no limit."""
     approval_timeout_min: float | None = Field(None, alias="approvalTimeoutMin", gt=0)
     """Default minutes a gated call waits before it is denied; `None`: wait forever."""
+    thread_idle_timeout_min: float | None = Field(None, alias="threadIdleTimeoutMin", gt=0)
+    """Minutes a thread (`AgentThread`) may rest with no message before it closes itself;
+    `None`: it rests until `close`."""
     continue_as_new_after_events: int | None = Field(None, alias="continueAsNewAfterEvents", ge=100)
     """Continue as new past this many history events (always when Temporal suggests it)."""
     continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -30,10 +31,20 @@ __all__ = [
     "Attachment",
     "CallHooks",
     "Changes",
+    "ExecutionState",
     "ToolContext",
     "ToolResult",
     "Variable",
 ]
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ABSENT = object()
+
+
+def type_name(value: Any) -> str:
+    """`value`'s type as a person names it."""
+    return type(value).__name__
 
 
 @dataclass
@@ -94,11 +105,43 @@ class Changes:
     messages: list[dict[str, Any]] = field(default_factory=list)
     invoked: list[dict[str, Any]] = field(default_factory=list)
     attachments: list[dict[str, Any]] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+    """Keys of `ctx.context` set by this call."""
+    context_deleted: list[str] = field(default_factory=list)
+    """Keys of `ctx.context` this call deleted."""
+    env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """`ctx.set_env` values; the activity turns secret ones into references before recording."""
 
     def to_json(self) -> dict[str, Any] | None:
         """The non-empty parts, or `None` when the call changed nothing."""
         data = {k: v for k, v in self.__dict__.items() if v}
         return data or None
+
+
+@dataclass(frozen=True)
+class ExecutionState:
+    """The execution a call belongs to: one answer to one message (an `AgentRun` is one).
+
+    `ctx.execution` is this during every call; a thread's `execution` query answers `None`
+    while the thread rests between messages.
+    """
+
+    flow_id: str
+    """Which execution: `<workflow id>#<n>` in a thread, the workflow id in an `AgentRun`."""
+    step_count: int
+    """Model steps taken in this execution so far."""
+    start: int = 0
+    """Index in the conversation of the message this execution answers."""
+    current_side: str = "a"
+    """The side taking this step (toren runs one agent per execution: always `a`)."""
+    stopped: bool = False
+    """Whether the execution has stopped (never while one of its calls runs)."""
+    hooks: CallHooks | None = field(default=None, repr=False, compare=False)
+
+    async def message_history(self) -> list[dict[str, Any]]:
+        """This execution's messages so far: the user's message, replies and tool results."""
+        messages = await self.hooks.read_messages() if self.hooks else []
+        return messages[self.start :]
 
 
 class CallHooks(Protocol):
@@ -145,11 +188,65 @@ class ToolContext:
     """Ids of the files attached to the run (`RunInput.attachments`)."""
     uses: tuple[str, ...] = ()
     """The tools this one may `invoke_tool` (its `uses=[...]`)."""
+    user_id: str | None = None
+    """Who the thread or run belongs to (`user_id` of its input), if anyone said."""
+    execution: ExecutionState | None = None
+    """The execution this call belongs to."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """Scratch data of the current execution: mutate it freely (JSON values); later calls of
+    the same execution see the changes, the next execution starts with it empty."""
+    env_types: Mapping[str, Literal["text", "secret"]] = field(default_factory=dict)
+    """The type of each `env` name that is not a secret by default (see `env_type`)."""
     changes: Changes = field(default_factory=Changes)
     """What this call changed so far (applied by the workflow when it completes)."""
     hooks: CallHooks | None = field(default=None, repr=False)
     """The connection to the run; `None` outside a run (e.g. in a unit test)."""
     _state: dict[str, Any] | None = field(default=None, repr=False)
+    _context_before: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.env = dict(self.env)  # set_env adds to it
+        self._context_before = copy.deepcopy(self.context)
+
+    @property
+    def thread_id(self) -> str:
+        """The thread's (or the run's) workflow id."""
+        return self.run_id
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's name."""
+        return self.agent
+
+    # -- env set by tools --------------------------------------------------------------------
+
+    def env_type(self, name: str) -> Literal["text", "secret"]:
+        """`text` for a value safe to show, else `secret` (the default, also for unknown names)."""
+        return self.env_types.get(name, "secret")
+
+    def set_env(self, name: str, value: str, type: Literal["text", "secret"] = "secret") -> None:
+        """Set an env value that later calls and executions of this thread see in `env`.
+
+        A `secret` one (the default) is redacted everywhere like declared env and enters
+        history only as a reference into the worker's secret store; use `type="text"` only
+        for a value safe to show in tool output and errors.
+        """
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise ValueError(f"env name {name!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if not isinstance(value, str):
+            raise TypeError(f"set_env({name!r}, ...) takes a string value, got {type_name(value)}")
+        if type not in ("text", "secret"):
+            raise ValueError(f"set_env type must be 'text' or 'secret', got {type!r}")
+        self.changes.env[name] = {"type": type, "value": value}
+        self.env[name] = value  # type: ignore[index]
+        self.env_types = {**self.env_types, name: type}
+
+    def context_changes(self) -> None:
+        """Record what this call did to `context` (the activity calls it once, at the end)."""
+        before = self._context_before
+        now = json.loads(json.dumps(self.context))
+        self.changes.context = {k: v for k, v in now.items() if before.get(k, _ABSENT) != v}
+        self.changes.context_deleted = [k for k in before if k not in now]
 
     # -- run state ---------------------------------------------------------------------------
 

@@ -6,8 +6,10 @@ for event in render(history):
     print(event["type"], event)
 ```
 
-Event types: RunStarted, LlmCallStarted, LlmCallCompleted, LlmCallFailed (one per failed
-attempt, from the records `toren._attempts` describes), ToolCallStarted (for a local tool call,
+Event types: RunStarted (ThreadStarted for a thread, then MessageReceived and
+MessageAnswered per message, ThreadCloseRequested, ThreadClosed), LlmCallStarted,
+LlmCallCompleted, LlmCallFailed (one per failed attempt, from the records `toren._attempts`
+describes), ToolCallStarted (for a local tool call,
 dated when it started, not when its marker was written), ToolCallCompleted (with attachments by
 name and id), ToolCallFailed, ApprovalRequested, ApprovalResolved, SignalRefused, and what tools
 did through their context: ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then
@@ -35,6 +37,7 @@ from temporalio.converter import DataConverter, PayloadConverter
 from temporalio.converter import default as default_converter
 
 from toren._attempts import attempts_before, failure_record
+from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
 __all__ = ["Event", "EventStream", "format_event", "read_through", "render"]
@@ -130,6 +133,8 @@ class _Renderer:
         self.model_calls: dict[str, dict[str, Any]] = {}
         self.decided: set[str] = set()
         self.workflow_id = ""
+        self.thread = False
+        """Whether the history is an `AgentThread`'s (it takes messages and `close`)."""
 
     def _decode(self, payloads: Payloads | None) -> list[Any]:
         return _decode(payloads, self.converter)
@@ -150,12 +155,21 @@ class _Renderer:
             run_input = self._first(a.input)
             if not isinstance(run_input, dict):  # a wrong input: the run fails at once
                 run_input = {"input": run_input}
-            self.emit(
-                event,
-                "RunStarted",
-                **_pick(run_input, "agent", "prompt", "arguments", "attachments"),
-                **({"input": run_input["input"]} if "input" in run_input else {}),
-            )
+            self.thread = a.workflow_type.name == "AgentThread"
+            if self.thread:
+                self.emit(
+                    event,
+                    "ThreadStarted",
+                    **_pick(run_input, "agent", "userId=user_id", "arguments"),
+                    **({"input": run_input["input"]} if "input" in run_input else {}),
+                )
+            else:
+                self.emit(
+                    event,
+                    "RunStarted",
+                    **_pick(run_input, "agent", "prompt", "arguments", "attachments"),
+                    **({"input": run_input["input"]} if "input" in run_input else {}),
+                )
         elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
             self._marker(event)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -181,12 +195,24 @@ class _Renderer:
             signaled = event.workflow_execution_signaled_event_attributes
             values = self._decode(signaled.input)
             self._signal(event, signaled.signal_name, values, signaled.identity)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            request = event.workflow_execution_update_accepted_event_attributes.accepted_request
+            if request.input.name == "send_message":
+                body = self._first(request.input.args)
+                self._message(event, body, request.meta.update_id, "update")
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
             update = event.workflow_execution_update_completed_event_attributes
             if update.outcome.HasField("success"):
-                decision = self._first(update.outcome.success)
-                if isinstance(decision, dict) and "approved" in decision:
-                    self._resolved(event, decision)
+                outcome = self._first(update.outcome.success)
+                if isinstance(outcome, dict) and "approved" in outcome:
+                    self._resolved(event, outcome)
+                elif isinstance(outcome, dict) and "message_id" in outcome:
+                    self._answered(event, outcome)
+            elif update.outcome.HasField("failure"):
+                details = update.outcome.failure.application_failure_info.details
+                outcome = self._first(details)
+                if isinstance(outcome, dict) and "message_id" in outcome:
+                    self._answered(event, outcome)
         elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
             child = event.start_child_workflow_execution_initiated_event_attributes
             self.emit(
@@ -218,11 +244,18 @@ class _Renderer:
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = self._first(event.workflow_execution_completed_event_attributes.result)
             result = result if isinstance(result, dict) else {"text": result}
-            self.emit(
-                event,
-                "RunCompleted",
-                **_pick(result, "text", "steps", "toolCalls=tool_calls", "usage"),
-            )
+            if "closed_by" in result:
+                self.emit(
+                    event,
+                    "ThreadClosed",
+                    **_pick(result, "executions", "messages", "closedBy=closed_by", "usage"),
+                )
+            else:
+                self.emit(
+                    event,
+                    "RunCompleted",
+                    **_pick(result, "text", "steps", "toolCalls=tool_calls", "usage"),
+                )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
             failure = event.workflow_execution_failed_event_attributes.failure
             kind = (
@@ -453,7 +486,39 @@ class _Renderer:
                 error=error,
             )
 
+    def _message(self, event: HistoryEvent, body: Any, message_id: str, via: str) -> None:
+        """A message sent to a thread (the update was accepted, or the signal arrived)."""
+        body = body if isinstance(body, dict) else {}
+        self.emit(
+            event,
+            "MessageReceived",
+            messageId=body.get("id") or message_id,
+            content=body.get("content"),
+            attachments=body.get("attachments"),
+            via=via,
+        )
+
+    def _answered(self, event: HistoryEvent, outcome: dict[str, Any]) -> None:
+        if outcome.get("continued"):
+            return  # the next run of the chain answers it
+        self.emit(
+            event,
+            "MessageAnswered",
+            messageId=outcome["message_id"],
+            **_pick(outcome, "status", "text", "error", "steps", "toolCalls=tool_calls", "usage"),
+        )
+
     def _signal(self, event: HistoryEvent, name: str, values: list[Any], identity: str) -> None:
+        if name in THREAD_SIGNALS and self.thread:
+            problem = message_problem(values) if name == "send_message" else None
+            if problem is not None:
+                self.emit(event, "SignalRefused", signal=name, payload=values, reason=problem)
+            elif name == "send_message":
+                self._message(event, values[0], "", "signal")
+            else:
+                body = values[0] if values and isinstance(values[0], dict) else {}
+                self.emit(event, "ThreadCloseRequested", by=body.get("by") or identity)
+            return
         if name not in SIGNALS:
             self.emit(
                 event,

@@ -20,7 +20,7 @@ from toren import _storage as storage
 from toren.activities._loaded import LoadedAgent
 from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
-from toren.workflows import AgentRun
+from toren.workflows import AgentRun, AgentThread
 
 __all__ = ["TorenPlugin", "workflow_runner"]
 
@@ -76,7 +76,7 @@ class TorenPlugin(SimplePlugin):
         super().__init__(
             "toren.TorenPlugin",
             data_converter=storage.data_converter(payload_store),
-            workflows=_adding([AgentRun]),
+            workflows=_adding([AgentRun, AgentThread]),
             workflow_runner=workflow_runner,
             activities=_adding(activities) if activities else None,
             workflow_failure_exception_types=_adding([RunError]),

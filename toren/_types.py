@@ -24,6 +24,10 @@ __all__ = [
     "RunInput",
     "RunResult",
     "RunState",
+    "ThreadCarry",
+    "ThreadInput",
+    "ThreadMessage",
+    "ThreadResult",
     "ToolCallInput",
     "ToolCallResult",
     "ToolSpec",
@@ -55,6 +59,8 @@ class RunInput:
     """Prior conversation to continue from."""
     attachments: list[str] | None = None
     """Attachment ids (never bytes) the run may read."""
+    user_id: str | None = None
+    """Who the run is for (`ctx.user_id`)."""
     carry: RunState | None = None
     """Set by toren when a long run continues as new: everything the next run needs."""
 
@@ -132,6 +138,8 @@ class AgentSpec:
     """Named processes `run_process` may start: workflow type, task queue, agent."""
     model_retry: ModelRetry = field(default_factory=ModelRetry)
     """The retry policy of every model call."""
+    thread_idle_timeout_min: float | None = None
+    """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
 
 
 @dataclass
@@ -178,6 +186,15 @@ class RunState:
     """When `maxWallClockMin` runs out (ISO time), across the whole chain of runs."""
     runs: int = 1
     """Runs in the chain so far."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """Scratch data of the current execution (`ctx.context`); empty when one starts."""
+    env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Values set by `ctx.set_env`: `{"type": "text", "value": ...}` in clear, or
+    `{"type": "secret", "ref": ...}`, a reference into the worker's secret store."""
+    execution: int = 0
+    """Executions started so far in a thread (0 in an `AgentRun`, which is one execution)."""
+    execution_start: int = 0
+    """Index in the transcript of the current execution's first message."""
 
 
 @dataclass
@@ -224,6 +241,13 @@ class ToolCallInput:
     step: int
     arguments: dict[str, Any] | None = None
     attachments: list[str] | None = None
+    user_id: str | None = None
+    context: dict[str, Any] | None = None
+    """The execution's scratch data as of this turn's start."""
+    env: dict[str, dict[str, Any]] | None = None
+    """Values set by `ctx.set_env` (secret ones by reference)."""
+    execution: dict[str, Any] | None = None
+    """`{"flow_id", "step_count", "start"}` of the execution this call belongs to."""
 
 
 @dataclass
@@ -272,3 +296,59 @@ class Decision:
     comment: str
     at: str
     via: str = "signal"
+
+
+@dataclass
+class ThreadInput:
+    """Input of the `AgentThread` workflow. Never put secrets here: it is stored in history."""
+
+    agent: str
+    """The agent's name (agent.yaml `name`)."""
+    user_id: str | None = None
+    """Who the thread belongs to (`ctx.user_id`)."""
+    arguments: dict[str, Any] | None = None
+    """Invocation arguments, readable by handlers as `ctx.arguments` in every execution."""
+    carry: ThreadCarry | None = None
+    """Set by toren when a thread continues as new."""
+
+
+@dataclass
+class ThreadMessage:
+    """A message waiting for its execution, or running (`send_message`)."""
+
+    id: str
+    """The update id (a client's retry of the same update is not run twice), or a signal's."""
+    content: str
+    attachments: list[str] = field(default_factory=list)
+    received_at: str = ""
+
+
+@dataclass
+class ThreadCarry:
+    """Everything a thread carries across continue-as-new."""
+
+    run: RunState
+    """The conversation (by reference) and the current execution's state."""
+    queue: list[ThreadMessage] = field(default_factory=list)
+    """Messages in order of arrival; the first one is running when `running` is set."""
+    running: bool = False
+    """Whether the first message of `queue` is mid-execution (continued as new inside it)."""
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The latest executions' outcomes by message id, for callers and retried updates."""
+    idle_since: str = ""
+    """When the thread last came to rest (ISO time), for the idle timeout."""
+    closing: str | None = None
+    """Set by `close`: who or what closes the thread."""
+
+
+@dataclass
+class ThreadResult:
+    """Result of the `AgentThread` workflow, once closed."""
+
+    executions: int
+    """Messages answered (one execution each)."""
+    messages: int
+    """Messages in the conversation."""
+    closed_by: str
+    """`close` (and who), or `idle` after the agent's `thread.idleTimeoutMin`."""
+    usage: dict[str, int] = field(default_factory=dict)

@@ -3,6 +3,7 @@
 ```
 toren worker examples/support               serve an agent (until Ctrl-C)
 toren run examples/support "Refund A-1001"  start a run and follow it live
+toren chat examples/support [--thread ID]   talk in a thread; approvals asked inline
 toren pending [RUN]                         calls waiting for a decision (no RUN: all)
 toren approve RUN CALL_ID --by alice        approve one (deny works the same)
 toren events RUN [--json]                   the run's history as an event log
@@ -32,6 +33,7 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
@@ -104,6 +106,13 @@ _started_run: list[str] = []
 
 
 # -- commands --------------------------------------------------------------------------------
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    from toren._chat import chat
+
+    agent = load_agent(args.agent).name if Path(args.agent).is_dir() else args.agent
+    return await chat(await _connect(), agent, thread_id=args.thread, user_id=args.user)
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
@@ -284,7 +293,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
     from temporalio.worker import Replayer
 
     from toren._plugin import TorenPlugin, workflow_runner
-    from toren.workflows import AgentRun
+    from toren.workflows import AgentRun, AgentThread
 
     histories: list[WorkflowHistory] = []
     for source in args.source:
@@ -294,7 +303,7 @@ async def cmd_replay(args: argparse.Namespace) -> int:
             continue
         histories += await toren_client.histories(await _connect(), source)
     replayer = Replayer(
-        workflows=[AgentRun],
+        workflows=[AgentRun, AgentThread],
         workflow_runner=workflow_runner(),
         data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
     )
@@ -402,6 +411,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="print the run id and return")
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
 
+    p = sub.add_parser("chat", help="talk with an agent in a thread (each line a message)")
+    p.add_argument("agent", help="agent folder or agent name")
+    p.add_argument("--thread", help="thread (workflow) id to resume or create")
+    p.add_argument("--user", help="user id of a new thread (default: none)")
+
     for name, help_ in (("approve", "approve a waiting call"), ("deny", "deny a waiting call")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("run_id")
@@ -444,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "worker": cmd_worker,
         "run": cmd_run,
+        "chat": cmd_chat,
         "events": cmd_events,
         "pending": cmd_pending,
         "check": cmd_check,

@@ -29,6 +29,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
 from toren._events import Event, read_through, render
+from toren._thread_client import close_thread, messages, send_message, start_thread
 from toren._types import Decision, PendingApproval, RunInput, RunResult
 from toren.errors import ApprovalWaitError, UsageError
 
@@ -39,15 +40,19 @@ __all__ = [
     "InboxItem",
     "approve",
     "attach",
+    "close_thread",
     "decide",
     "deny",
     "events",
     "first_run",
     "histories",
     "inbox",
+    "messages",
     "pending",
     "run_agent",
+    "send_message",
     "start_run",
+    "start_thread",
     "wait_for_approval",
 ]
 

@@ -29,7 +29,7 @@ from toren._storage import close_storage
 from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
 from toren.models._base import ModelProvider
-from toren.workflows import AgentRun
+from toren.workflows import AgentRun, AgentThread
 
 __all__ = ["build_workers", "run_worker", "serve"]
 
@@ -63,7 +63,7 @@ def build_workers(
         Worker(
             client,
             task_queue=queue,
-            workflows=[AgentRun],
+            workflows=[AgentRun, AgentThread],
             activities=runtime.activities(agents),
             workflow_runner=workflow_runner(),
             workflow_failure_exception_types=[RunError],

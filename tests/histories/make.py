@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.histories.make
 
-Runs one `AgentRun` per path of the workflow on a throwaway dev server and writes each
+Runs one `AgentRun` (or `AgentThread`) per path of the workflow on a throwaway dev server and writes each
 history to `tests/histories/<path>.json`. Regenerate only when adding a path: an existing file
 is the old code's history, and it must keep replaying (guard changes with `workflow.patched`).
 """
@@ -164,14 +164,71 @@ PATHS: dict[str, tuple[list[Any], dict[str, Any], Drive | None]] = {
 }
 
 
+async def two_messages(client: Client, thread_id: str) -> None:
+    await toren_client.send_message(client, thread_id, "first", message_id="m1")
+    await toren_client.send_message(client, thread_id, "second", message_id="m2")
+    await toren_client.close_thread(client, thread_id, by="replay", wait=False)
+
+
+async def approved_in_thread(client: Client, thread_id: str) -> None:
+    await toren_client.send_message(client, thread_id, "first", message_id="m1")
+    sending = asyncio.ensure_future(
+        toren_client.send_message(client, thread_id, "second", message_id="m2")
+    )
+    await approve(client, thread_id)
+    await sending
+    await toren_client.send_message(client, thread_id, "queued", message_id="m3", wait=False)
+    await toren_client.send_message(client, thread_id, "third", message_id="m4")
+    await toren_client.close_thread(client, thread_id, by="replay", wait=False)
+
+
+async def many_messages(client: Client, thread_id: str) -> None:
+    for n in range(8):
+        await toren_client.send_message(client, thread_id, f"m{n}", message_id=f"m{n}")
+    await toren_client.close_thread(client, thread_id, by="replay", wait=False)
+
+
+async def idle(client: Client, thread_id: str) -> None:
+    await toren_client.send_message(client, thread_id, "only", message_id="m1")
+
+
+THREAD_PATHS: dict[str, tuple[list[Any], dict[str, Any], Drive]] = {
+    "thread_two_messages": (
+        ["one", {"tool_calls": [call("echo", "e", text="x")]}, "two"],
+        {},
+        two_messages,
+    ),
+    "thread_approval": (
+        ["one", {"tool_calls": [call("gated", "g")]}, "two", "three", "four"],
+        {"limits": {"approvalTimeoutMin": 10}},
+        approved_in_thread,
+    ),
+    "thread_continue_as_new": (
+        [s for n in range(8) for s in ({"tool_calls": [call("echo", f"e{n}", text="x")]}, "ok")],
+        {"limits": {"continueAsNewAfterEvents": 100}},
+        many_messages,
+    ),
+    "thread_idle": (["only"], {"limits": {"threadIdleTimeoutMin": 0.03}}, idle),
+}
+
+
 async def record(root: Path, client: Client, path: str) -> None:
-    script, config, drive = PATHS[path]
+    if path in THREAD_PATHS:
+        script, config, drive = THREAD_PATHS[path]
+    else:
+        script, config, maybe = PATHS[path]
     name = f"replay_{path}"
     folder = agent(root, name, script, **config)
     async with serve(client, [folder]):
-        handle = await toren_client.start_run(client, name, "go", run_id=f"replay-{path}")
-        if drive:
+        if path in THREAD_PATHS:
+            handle = await toren_client.start_thread(
+                client, name, thread_id=f"replay-{path}", user_id="replay"
+            )
             await drive(client, handle.id)
+        else:
+            handle = await toren_client.start_run(client, name, "go", run_id=f"replay-{path}")
+            if maybe:
+                await maybe(client, handle.id)
         with contextlib.suppress(WorkflowFailureError):  # budget_exhausted fails by design
             await handle.result()
     histories = []
@@ -197,7 +254,7 @@ async def main(paths: list[str]) -> None:
         server.start()
         try:
             client = await connect(target_host=server.address)
-            for path in paths or list(PATHS):
+            for path in paths or [*PATHS, *THREAD_PATHS]:
                 await record(Path(tmp), client, path)
         finally:
             server.stop()

@@ -53,6 +53,7 @@ class LoadedAgent:
             max_steps=limits.max_steps_per_task,
             max_attempts=limits.max_attempts_per_task,
             max_wall_clock_min=limits.max_wall_clock_min,
+            thread_idle_timeout_min=limits.thread_idle_timeout_min,
             approval_timeout_s=(
                 limits.approval_timeout_min * 60 if limits.approval_timeout_min else None
             ),

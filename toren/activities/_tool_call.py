@@ -20,11 +20,13 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from toren._context import ToolContext, ToolResult
+from toren._context import ExecutionState, ToolContext, ToolResult
 from toren._limits import MAX_CHANGES_BYTES, cut_text
 from toren._redact import Redactor
+from toren._redact import redactor as redactor_of
 from toren._schema import validate_args
 from toren._storage import result_limit
+from toren._thread_env import env_types, seal_env, thread_env_values
 from toren._tool import Tool
 from toren._transcript import assemble
 from toren._types import DEFAULT_TOOL_TIMEOUT_MS, ToolCallInput, ToolCallResult
@@ -147,7 +149,8 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
     Raises:
         ApplicationError: The handler asked Temporal to retry (redacted), or toren failed.
     """
-    redactor = loaded.redactor()
+    # Values a tool set with ctx.set_env are as secret as declared env.
+    redactor = _redactor(loaded, thread_env_values(input.env), input.env or {})
     try:
         return await _run_tool_call(loaded, tool, input, redactor)
     except asyncio.CancelledError:
@@ -167,8 +170,11 @@ async def _run_tool_call(
             "environment",
             True,
         )
+    thread_env = thread_env_values(input.env)
+    hooks = RunHooks(loaded, input.run_key)
+    execution = input.execution or {}
     ctx = ToolContext(
-        env={**loaded.env, **_variables(tool, os.environ)},
+        env={**loaded.env, **_variables(tool, os.environ), **thread_env},
         idempotency_key=input.idempotency_key,
         run_id=info.workflow_id or "",
         call_id=input.call_id,
@@ -178,9 +184,30 @@ async def _run_tool_call(
         arguments=dict(input.arguments or {}),
         attachments=tuple(input.attachments or ()),
         uses=tool.uses,
-        hooks=RunHooks(loaded, input.run_key),
+        user_id=input.user_id,
+        execution=ExecutionState(
+            flow_id=str(execution.get("flow_id") or info.workflow_id),
+            step_count=int(execution.get("step_count") or input.step),
+            start=int(execution.get("start") or 0),
+            hooks=hooks,
+        ),
+        context=dict(input.context or {}),
+        env_types=env_types(loaded, tool, input.env),
+        hooks=hooks,
     )
     result = await _call(tool, input.args, ctx)
+    try:
+        ctx.context_changes()
+    except (TypeError, ValueError) as err:
+        result = ToolResult(
+            status="error", error=f"tool {tool.name} left a non-JSON value in ctx.context: {err}"
+        )
+    if ctx.changes.env:
+        # Secret values leave this call only as references; the result is redacted of them.
+        kinds = {**(input.env or {}), **ctx.changes.env}
+        new = {name: str(entry["value"]) for name, entry in ctx.changes.env.items()}
+        redactor = _redactor(loaded, {**thread_env, **new}, kinds)
+        ctx.changes.env = seal_env(ctx.changes.env)
     if result.attachments:
         from toren._attachments import store_result_attachments
 
@@ -235,6 +262,12 @@ async def _call(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> ToolRe
 
 def _failed(tool: Tool, err: BaseException) -> ToolResult:
     return ToolResult(status="error", error=f"tool {tool.name} failed: {type(err).__name__}: {err}")
+
+
+def _redactor(loaded: LoadedAgent, values: Mapping[str, str], kinds: Mapping[str, Any]) -> Redactor:
+    """The agent's redactor plus the secret values a tool set with `ctx.set_env`."""
+    secret = [v for n, v in values.items() if (kinds.get(n) or {}).get("type") != "text"]
+    return redactor_of([*loaded.secrets().values(), *secret])
 
 
 def _variables(tool: Tool, environ: Mapping[str, str]) -> dict[str, str]:

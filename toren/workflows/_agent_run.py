@@ -46,9 +46,9 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
-    from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls
+    from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls, flow_id
 
-__all__ = ["AgentRun"]
+__all__ = ["AgentRun", "toren_bug"]
 
 Message = dict[str, Any]
 
@@ -56,6 +56,21 @@ MODEL_TIMEOUT = timedelta(minutes=5)
 """Start-to-close of one model attempt (the provider's own HTTP timeout ends it sooner)."""
 MAX_QUEUE_ROUNDS = 10
 """Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
+
+
+def toren_bug(err: Exception, workflow_type: str) -> ApplicationError:
+    """A bug in toren's workflow code, as the failure that ends the run.
+
+    As a workflow task failure it would retry forever and leave the run stuck; a failed run
+    tells its caller and can be reset.
+    """
+    workflow.logger.exception("toren bug in %s", workflow_type)
+    return ApplicationError(
+        f"toren bug: {type(err).__name__}: {err} (the run cannot go on; please report it with "
+        "`toren events` of this run)",
+        type="TorenBug",
+        non_retryable=True,
+    )
 
 
 def _retry_policy(retry: ModelRetry) -> RetryPolicy:
@@ -87,6 +102,8 @@ class AgentRun:
             headline=self._headline,
         )
         self._status = StatusAttributes()
+        self._executing = False
+        """Whether an execution is under way (always, once an `AgentRun` has started)."""
 
     # -- the run --------------------------------------------------------------------------
 
@@ -102,18 +119,11 @@ class AgentRun:
         except (ApplicationError, CancelledError):
             raise  # deliberate: a RunError, a wrong input, or a cancellation
         except Exception as err:
-            # A bug in toren's workflow code. As a workflow task failure it would retry forever
-            # and leave the run stuck; a failed run tells its caller and can be reset.
-            workflow.logger.exception("toren bug in AgentRun")
-            raise ApplicationError(
-                f"toren bug: {type(err).__name__}: {err} (the run cannot go on; please "
-                "report it with `toren events` of this run)",
-                type="TorenBug",
-                non_retryable=True,
-            ) from err
+            raise toren_bug(err, "AgentRun") from err
 
     async def _execute(self, input: RunInput) -> RunResult:
         self._input = input
+        self._executing = True
         if input.carry is not None:
             # Refusals recorded by signals handled before this first task are this run's too.
             input.carry.refused.extend(self._run.refused)
@@ -130,22 +140,25 @@ class AgentRun:
             for message in input.messages or []:
                 self._transcript.append(message, None)
             self._transcript.append({"role": "user", "content": input.prompt}, None)
+        try:
+            result = await self._answer()
+        except RunError:
+            self._sync_status("failed")
+            raise
+        self._sync_status("completed")
+        return result
+
+    async def _answer(self) -> RunResult:
+        """Run the loop for the message at the transcript's end, within the wall-clock budget."""
         spec = self._spec
         if spec.max_wall_clock_min is not None and self._run.deadline is None:
             deadline = workflow.now() + timedelta(minutes=spec.max_wall_clock_min)
             self._run.deadline = deadline.isoformat()
         self._approvals.publish()
         self._sync_status()
-        try:
-            if self._run.deadline is None:
-                result = await self._loop()
-            else:
-                result = await self._with_wall_clock(datetime.fromisoformat(self._run.deadline))
-        except RunError:
-            self._sync_status("failed")
-            raise
-        self._sync_status("completed")
-        return result
+        if self._run.deadline is None:
+            return await self._loop()
+        return await self._with_wall_clock(datetime.fromisoformat(self._run.deadline))
 
     async def _load_spec(self, agent: str) -> AgentSpec:
         try:
@@ -214,7 +227,11 @@ class AgentRun:
             prior=self._transcript.reference(workflow.info().run_id),
             runs=self._run.runs + 1,
         )
-        workflow.continue_as_new(self._input.continued_with(carried))
+        workflow.continue_as_new(self._next_input(carried))
+
+    def _next_input(self, carried: RunState) -> Any:
+        """The next run's input, carrying `carried`."""
+        return self._input.continued_with(carried)
 
     def _sync_status(self, final: str | None = None) -> None:
         self._status.sync(self._run.spec, len(self._approvals.pending), final)
@@ -352,6 +369,10 @@ class AgentRun:
         if not changes:
             return
         self._run.state.update(changes.get("state") or {})
+        self._run.context.update(changes.get("context") or {})
+        for key in changes.get("context_deleted") or []:
+            self._run.context.pop(key, None)
+        self._run.env.update(changes.get("env") or {})
         for event in changes.get("events") or []:
             self._run.events.append(
                 {
@@ -436,6 +457,23 @@ class AgentRun:
     def events(self, offset: int = 0) -> list[dict[str, Any]]:
         """Emitted events from `offset` on, each with its index as `offset`."""
         return [{"offset": i, **e} for i, e in enumerate(self._run.events) if i >= offset]
+
+    @workflow.query(
+        description="The execution under way (flow_id, step_count, stopped, start), or null "
+        "while a thread rests between messages."
+    )
+    def execution(self) -> dict[str, Any] | None:
+        """The current execution; `None` at rest."""
+        if not self._executing:
+            return None
+        return {
+            "flow_id": flow_id(workflow.info().workflow_id, self._run),
+            "current_side": "a",
+            "step_count": self._run.step,
+            "stopped": False,
+            "start": self._run.execution_start,
+            "context": dict(self._run.context),
+        }
 
     @workflow.query(description="Step, tool calls and token usage so far.")
     def progress(self) -> dict[str, Any]:

@@ -17,24 +17,89 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from temporalio.converter import value_to_type
 
-    from toren._types import RunInput, RunState
+    from toren._types import RunInput, RunState, ThreadCarry, ThreadInput
     from toren.workflows._approvals import json_type
 
-__all__ = ["InvalidRunInput", "parse_run_input"]
+__all__ = [
+    "InvalidRunInput",
+    "identifier_problem",
+    "json_type",
+    "parse_run_input",
+    "parse_thread_input",
+]
 
 _AGENT = re.compile(r"^[a-z][a-z0-9_]*$")
-_KEYS = ("agent", "prompt", "arguments", "messages", "attachments", "carry")
+_KEYS = ("agent", "prompt", "arguments", "messages", "attachments", "user_id", "carry")
+_THREAD_KEYS = ("agent", "user_id", "arguments", "carry")
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,199}$")
+"""A user id or thread id: letters, digits and `._:@=+-`, up to 200 characters."""
 _ROLES = ("user", "assistant", "tool", "system")
 EXAMPLE = '{"agent": "support", "prompt": "Where is order A-1002?"}'
 
 
-def InvalidRunInput(problem: str) -> ApplicationError:  # noqa: N802 - reads as an error type
+def InvalidRunInput(problem: str, workflow_type: str = "AgentRun") -> ApplicationError:  # noqa: N802
     """The non-retryable failure of a run whose input is wrong."""
+    example = THREAD_EXAMPLE if workflow_type == "AgentThread" else EXAMPLE
     return ApplicationError(
-        f"invalid AgentRun input: {problem} (start it with a JSON object like {EXAMPLE})",
+        f"invalid {workflow_type} input: {problem} (start it with a JSON object like {example})",
         type="InvalidRunInput",
         non_retryable=True,
     )
+
+
+THREAD_EXAMPLE = '{"agent": "support", "user_id": "alice"}'
+
+
+def identifier_problem(what: str, value: Any) -> str | None:
+    """Why `value` is not a valid user or thread id, or `None`."""
+    if not isinstance(value, str):
+        return f"{what} must be a string, got {json_type(value)}"
+    if not _IDENTIFIER.match(value):
+        return (
+            f"{what} {value[:80]!r} is not an identifier (letters, digits and ._:@=+- only, "
+            "starting with a letter or digit, at most 200 characters)"
+        )
+    return None
+
+
+def parse_thread_input(raw: Any) -> ThreadInput:
+    """Check `raw` (an `AgentThread`'s start input) and the thread id, and build the input.
+
+    Raises:
+        ApplicationError: `InvalidRunInput`, naming every wrong key at once.
+    """
+    if not isinstance(raw, dict):
+        raise InvalidRunInput(f"expected a JSON object, got {json_type(raw)}", "AgentThread")
+    problems = [_unknown(str(k), _THREAD_KEYS) for k in raw if k not in _THREAD_KEYS]
+    thread_id = identifier_problem("the thread id (workflow id)", workflow.info().workflow_id)
+    if thread_id:
+        problems.append(thread_id)
+    agent = raw.get("agent")
+    if agent is None:
+        problems.append("missing key 'agent'")
+    elif not isinstance(agent, str) or not _AGENT.match(agent):
+        problems.append(f"'agent' {agent!r} is not an agent name ([a-z][a-z0-9_]*)")
+    user_id = raw.get("user_id")
+    if user_id is not None and (problem := identifier_problem("'user_id'", user_id)):
+        problems.append(problem)
+    arguments = raw.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        problems.append(f"'arguments' must be a JSON object, got {json_type(arguments)}")
+    carry: ThreadCarry | None = None
+    if raw.get("carry") is not None:
+        if not workflow.info().continued_run_id:
+            problems.append(
+                "'carry' is set by toren when a thread continues as new; a new thread may not "
+                "bring one (remove it)"
+            )
+        else:
+            try:
+                carry = value_to_type(ThreadCarry, raw["carry"], [])
+            except Exception as err:
+                problems.append(f"'carry' is not a thread's state: {err}")
+    if problems:
+        raise InvalidRunInput("; ".join(problems), "AgentThread")
+    return ThreadInput(agent=str(agent), user_id=user_id, arguments=arguments, carry=carry)
 
 
 def parse_run_input(raw: Any) -> RunInput:
@@ -48,7 +113,7 @@ def parse_run_input(raw: Any) -> RunInput:
     problems: list[str] = []
     for key in raw:
         if key not in _KEYS:
-            problems.append(_unknown(str(key)))
+            problems.append(_unknown(str(key), _KEYS))
     agent, prompt = raw.get("agent"), raw.get("prompt")
     for key, value in (("agent", agent), ("prompt", prompt)):
         if value is None and not any(_same(k, key) for k in raw if k != key):
@@ -71,6 +136,9 @@ def parse_run_input(raw: Any) -> RunInput:
             f"'attachments' must be a list of attachment ids (strings), got "
             f"{json_type(attachments)}"
         )
+    user_id = raw.get("user_id")
+    if user_id is not None and (problem := identifier_problem("'user_id'", user_id)):
+        problems.append(problem)
     carry: RunState | None = None
     if raw.get("carry") is not None:
         if not workflow.info().continued_run_id:
@@ -91,6 +159,7 @@ def parse_run_input(raw: Any) -> RunInput:
         arguments=arguments,
         messages=messages,
         attachments=attachments,
+        user_id=user_id,
         carry=carry,
     )
 
@@ -112,7 +181,8 @@ def _same(a: str, b: str) -> bool:
     return a.lower() == b.lower() or bool(difflib.get_close_matches(a, [b], n=1, cutoff=0.75))
 
 
-def _unknown(key: str) -> str:
-    close = [k for k in _KEYS if k == key.lower()] or difflib.get_close_matches(key, _KEYS, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(_KEYS[:5])})"
+def _unknown(key: str, keys: tuple[str, ...]) -> str:
+    close = [k for k in keys if k == key.lower()] or difflib.get_close_matches(key, keys, n=1)
+    shown = [k for k in keys if k != "carry"]
+    hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(shown)})"
     return f"unknown key {key!r}{hint}"

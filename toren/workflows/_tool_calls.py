@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background
 
-__all__ = ["HEARTBEAT_TIMEOUT", "CallOutcome", "ToolCalls"]
+__all__ = ["HEARTBEAT_TIMEOUT", "CallOutcome", "ToolCalls", "flow_id"]
 
 Message = dict[str, Any]
 
@@ -177,10 +177,18 @@ class ToolCalls:
             call_id=use_id,
             tool=tool.name,
             args=args,
-            idempotency_key=f"{info.workflow_id}:{self._run.step}:{use_id}",
+            idempotency_key=f"{info.workflow_id}:{_step_of(self._run)}:{use_id}",
             step=self._run.step,
             arguments=self._input.arguments or None,
             attachments=self._input.attachments or None,
+            user_id=self._input.user_id,
+            context=dict(self._run.context) or None,
+            env=dict(self._run.env) or None,
+            execution={
+                "flow_id": flow_id(info.workflow_id, self._run),
+                "step_count": self._run.step,
+                "start": self._run.execution_start,
+            },
         )
         retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts)
         activity_type = f"{spec.name}.{tool.name}"
@@ -213,6 +221,16 @@ class ToolCalls:
             return ToolCallResult(
                 f"tool {tool.name} failed closed after {max_attempts} attempts", True
             )
+
+
+def flow_id(workflow_id: str, run: RunState) -> str:
+    """The current execution's id: the workflow id, plus `#n` for a thread's n-th message."""
+    return f"{workflow_id}#{run.execution}" if run.execution else workflow_id
+
+
+def _step_of(run: RunState) -> str:
+    """The step part of an idempotency key: a thread's steps restart with each execution."""
+    return f"{run.execution}.{run.step}" if run.execution else str(run.step)
 
 
 def _runs_locally(tool: ToolSpec) -> bool:

@@ -1,0 +1,79 @@
+"""`toren chat` driven through a pseudo-terminal: two turns, an approval asked inline, resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pexpect
+from temporalio.client import Client
+
+from tests.conftest import DevServer, fetch_history, task_failures
+
+GATED = """
+from toren import define_tool
+tool = define_tool(
+    description="Refund an order.",
+    input={"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]},
+    approval="always",
+    handler=lambda a, c: "refunded " + a["order"],
+)
+"""
+
+
+async def test_chat_two_turns_an_inline_approval_and_a_resume(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent(
+        tools={"refund": GATED},
+        script=[
+            "hello back",
+            {"tool_calls": [{"name": "refund", "id": "r1", "args": {"order": "A-1"}}]},
+            "done: {last_tool_result}",
+        ],
+    )
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    thread_id = f"chat-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "toren.cli", "chat", str(folder), "--thread", thread_id]
+    try:
+        chat = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
+        chat.expect(f"thread {thread_id}")
+        chat.expect("you> ")
+        chat.sendline("hi there")
+        chat.expect("agent> hello back")
+        chat.expect("you> ")
+        chat.sendline("refund A-1 please")
+        chat.expect(r'approve refund \{"order": "A-1"\}.*\? \[y/N\] ')
+        chat.sendline("y")
+        chat.expect("approved")
+        chat.expect("agent> done: refunded A-1")
+        chat.expect("you> ")
+        chat.sendline("/quit")
+        chat.expect(f"resume: toren chat .* --thread {thread_id}")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0
+
+        again = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
+        again.expect(rf"resuming thread {thread_id} \(2 messages so far\)")
+        again.expect("you> ")
+        again.sendline("/close")
+        again.expect("closed after 2 messages")
+        again.expect(pexpect.EOF)
+        again.close()
+        assert again.exitstatus == 0
+    finally:
+        worker.kill()
+        worker.wait()
+    history = await fetch_history(client, thread_id)
+    assert not task_failures(history)
