@@ -516,8 +516,8 @@ class _Renderer:
             elif name == "send_message":
                 self._message(event, values[0], "", "signal")
             else:
-                body = values[0] if values and isinstance(values[0], dict) else {}
-                self.emit(event, "ThreadCloseRequested", by=body.get("by") or identity)
+                closing = values[0] if values and isinstance(values[0], dict) else {}
+                self.emit(event, "ThreadCloseRequested", by=closing.get("by") or identity)
             return
         if name not in SIGNALS:
             self.emit(
