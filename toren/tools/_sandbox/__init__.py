@@ -107,27 +107,10 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
 
 def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
     """The path of a working bwrap, or None when unconfined mode is allowed; else raise."""
-    bwrap = shutil.which("bwrap")
+    bwrap, problem = _working_bwrap(options.network)
     if bwrap:
-        failure = probe(bwrap, options.network)
-        if failure is None:
-            return bwrap
-        problem = (
-            f"bubblewrap ({bwrap}) cannot create a sandbox on this worker: {failure}; "
-            "hosts and containers often forbid user namespaces: allow them (sysctl "
-            "kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
-            "kernel.apparmor_restrict_unprivileged_userns=0; in Docker a seccomp and AppArmor "
-            "profile that permits unshare) or run the worker on a host or VM that does"
-        )
-    else:
-        problem = (
-            "bash needs bubblewrap, and `bwrap` is not on this worker's PATH; install it "
-            "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
-        )
-    allowed = {
-        n.strip() for n in os.environ.get("TOREN_SANDBOX_UNCONFINED", "").split(",") if n.strip()
-    }
-    if options.unconfined and agent in allowed:
+        return bwrap
+    if _unconfined_allowed(agent, options):
         log.warning(
             "agent %r: running bash UNCONFINED (no bubblewrap): it can read this host's files "
             "and use its network (%s)",
@@ -136,9 +119,38 @@ def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
         )
         return None
     raise ConfigError(
-        f"{problem}. To run bash unconfined instead, at your own risk, set `unconfined: true` "
-        f"in the sandbox block AND TOREN_SANDBOX_UNCONFINED={agent} on the worker"
+        f"bash needs bubblewrap: {problem}. To run bash unconfined instead, at your own risk, "
+        f"set `unconfined: true` in the sandbox block AND TOREN_SANDBOX_UNCONFINED={agent} on "
+        "the worker"
     )
+
+
+def _working_bwrap(network: bool) -> tuple[str | None, str]:
+    """`(path, "")` of a bwrap that works here, or `(None, why not and how to fix it)`."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return None, (
+            "`bwrap` is not on this worker's PATH; install it (Debian/Ubuntu: apt-get install "
+            "bubblewrap; Fedora: dnf install bubblewrap)"
+        )
+    failure = probe(bwrap, network)
+    if failure is None:
+        return bwrap, ""
+    return None, (
+        f"bubblewrap ({bwrap}) cannot create a sandbox on this worker: {failure}; "
+        "hosts and containers often forbid user namespaces: allow them (sysctl "
+        "kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
+        "kernel.apparmor_restrict_unprivileged_userns=0; in Docker a seccomp and AppArmor "
+        "profile that permits unshare) or run the worker on a host or VM that does"
+    )
+
+
+def _unconfined_allowed(agent: str, options: SandboxConfig) -> bool:
+    """Whether both the agent (`unconfined: true`) and the operator allow running unjailed."""
+    allowed = {
+        n.strip() for n in os.environ.get("TOREN_SANDBOX_UNCONFINED", "").split(",") if n.strip()
+    }
+    return options.unconfined and agent in allowed
 
 
 class BashArgs(BaseModel):
