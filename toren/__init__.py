@@ -26,6 +26,7 @@ from toren import errors as _errors
 
 if TYPE_CHECKING:
     from toren._agent import Agent, load_agent
+    from toren._code_run import CodeRun
     from toren._config import AgentConfig
     from toren._context import Attachment, ToolResult, Variable
     from toren._plugin import TorenPlugin
@@ -59,6 +60,7 @@ __all__ = [
     "ApprovalWaitError",
     "Attachment",
     "AttachmentError",
+    "CodeRun",
     "ConfigError",
     "Decision",
     "MissingEnvError",
@@ -90,6 +92,7 @@ __all__ = [
 _WHERE = {
     "Agent": "toren._agent",
     "load_agent": "toren._agent",
+    "CodeRun": "toren._code_run",
     "AgentConfig": "toren._config",
     "Attachment": "toren._context",
     "ToolResult": "toren._context",

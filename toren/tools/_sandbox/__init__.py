@@ -61,9 +61,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toren._config import AgentConfig, SandboxConfig
 from toren._tool import Tool, ToolContext, define_tool
-from toren.errors import ConfigError
+from toren.errors import ConfigError, SandboxError
+from toren.tools._sandbox._code import check_modules, run_code
 from toren.tools._sandbox._files import (
-    SandboxError,
     edit_file,
     read_file,
     workspace_dir,
@@ -72,7 +72,15 @@ from toren.tools._sandbox._files import (
 )
 from toren.tools._sandbox._jail import KEEP_CHARS, SANDBOX_PATH, Jail, probe
 
-__all__ = ["SandboxError", "tools"]
+__all__ = [
+    "SandboxError",
+    "check_modules",
+    "code_jail",
+    "run_code",
+    "tools",
+    "workspace_dir",
+    "workspace_root",
+]
 
 log = logging.getLogger("toren")
 
@@ -122,6 +130,34 @@ def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
         f"bash needs bubblewrap: {problem}. To run bash unconfined instead, at your own risk, "
         f"set `unconfined: true` in the sandbox block AND TOREN_SANDBOX_UNCONFINED={agent} on "
         "the worker"
+    )
+
+
+def code_jail(config: AgentConfig) -> Jail:
+    """The jail `ctx.run_code` uses for `config`'s agent: bash's, always without network.
+
+    Reads `TOREN_SANDBOX_UNCONFINED` and PATH (for `bwrap`) from the worker's environment.
+
+    Raises:
+        SandboxError: bwrap does not work on this worker, and the agent (`sandbox:
+            {unconfined: true}`) and the operator did not both opt into unconfined mode.
+    """
+    options = config.sandbox or SandboxConfig()
+    bwrap, problem = _working_bwrap(network=False)
+    if bwrap:
+        return Jail(bwrap=bwrap, network=False)
+    if _unconfined_allowed(config.name, options):
+        log.warning(
+            "agent %r: running ctx.run_code UNCONFINED (no bubblewrap): the code can read this "
+            "host's files and use its network (%s)",
+            config.name,
+            problem,
+        )
+        return Jail(bwrap=None, network=False)
+    raise SandboxError(
+        f"ctx.run_code needs bubblewrap: {problem}. To run code unconfined instead, at your own "
+        f"risk, set `sandbox: {{unconfined: true}}` in agent.yaml AND "
+        f"TOREN_SANDBOX_UNCONFINED={config.name} on the worker"
     )
 
 
