@@ -46,6 +46,10 @@ host's files and use its network) is for both sides to opt in: the agent's block
 `unconfined: true` AND the worker's operator names the agent in
 `TOREN_SANDBOX_UNCONFINED=<name>[,<name>...]`. Either alone is not enough, and where bwrap works
 it is always used. The file tools enforce the workspace boundary themselves in both modes.
+
+**`ctx.run_code`.** Any tool of any agent may run Python source in the same jail, always without
+network, in its run's workspace (`code_jail`, `run_code`); without a working bwrap it raises
+`SandboxError` unless the same two opt-ins allow running it unconfined.
 """
 
 from __future__ import annotations
