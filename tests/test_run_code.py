@@ -257,6 +257,7 @@ async def test_a_timeout_is_enforced(run_calls: Run) -> None:
     slow = results["slow"]
     assert (slow["ok"], slow["exit_code"]) == (False, 124)
     assert slow["error"] == "the code timed out after 1s"
+    assert slow["stderr"].endswith("[toren] killed after timeout_s=1 (at most 600)")
     assert "timeout_s must be above 0 and at most 600" in results["bad"]
 
 

@@ -158,7 +158,13 @@ async def run_code(
         command = shlex.join(["python3", "-I", "-B", f"{seen}/{_RUNNER}", seen, str(fd), entry])
         env = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
         done = await jail.run(
-            f"exec {command}", workspace, env, timeout_s, binds=[(code, CODE_DIR)], pass_fds=[fd]
+            f"exec {command}",
+            workspace,
+            env,
+            timeout_s,
+            binds=[(code, CODE_DIR)],
+            pass_fds=[fd],
+            timeout_note=f"killed after timeout_s={timeout_s:g} (at most {MAX_CODE_TIMEOUT_S})",
         )
         channel.seek(0)
         data = channel.read(MAX_RESULT_BYTES + 1)

@@ -189,13 +189,15 @@ class Jail:
         timeout_s: float,
         binds: Sequence[tuple[Path, str]] = (),
         pass_fds: Sequence[int] = (),
+        timeout_note: str = "",
     ) -> dict[str, Any]:
         """Run `command`; return `{exit_code, stdout, stderr}`.
 
         The process group is killed at `timeout_s` (exit code 124 and a note in stderr) and when
         the caller is cancelled (the activity's timeout or a cancelled run). `binds` mount host
         directories read-only in the sandbox (unconfined, the command sees them where they are);
-        `pass_fds` stay open in the command under the same numbers.
+        `pass_fds` stay open in the command under the same numbers; `timeout_note` replaces
+        bash's advice after a timeout.
         """
         if self.bwrap:
             argv = bwrap_argv(self.bwrap, workspace, self.network, command, binds)
@@ -250,8 +252,9 @@ class Jail:
         stderr = err.text()
         if timed_out:
             code = TIMEOUT_EXIT_CODE
-            stderr += (
-                f"\n[toren] killed after timeout_seconds={timeout_s:g}; run long jobs in the "
+            stderr += "\n[toren] " + (
+                timeout_note
+                or f"killed after timeout_seconds={timeout_s:g}; run long jobs in the "
                 "background with a shorter poll, or raise timeout_seconds (at most 600)"
             )
         elif code is not None and code < 0:
