@@ -252,6 +252,7 @@ async def test_a_timeout_is_enforced(run_calls: Run) -> None:
     _, results = await run_calls(
         slow={"source": "import time\ndef main():\n    time.sleep(60)\n", "timeout_s": 1},
         bad={"source": "def main():\n    return 1\n", "timeout_s": 601},
+        text_args={"source": "def main(*a):\n    return a\n", "args": "abc"},
     )
     assert time.monotonic() - started < 30
     slow = results["slow"]
@@ -259,6 +260,7 @@ async def test_a_timeout_is_enforced(run_calls: Run) -> None:
     assert slow["error"] == "the code timed out after 1s"
     assert slow["stderr"].endswith("[toren] killed after timeout_s=1 (at most 600)")
     assert "timeout_s must be above 0 and at most 600" in results["bad"]
+    assert "args must be a list of JSON values, got str" in results["text_args"]
 
 
 @needs_bwrap

@@ -239,9 +239,7 @@ class ToolContext:
         """
         if self.hooks is None:
             raise RuntimeError("run_code needs a run (no hooks in this context)")
-        return await self.hooks.run_code(
-            self, source, dict(modules or {}), entry, list(args), timeout_s
-        )
+        return await self.hooks.run_code(self, source, dict(modules or {}), entry, args, timeout_s)
 
     # -- events and messages -----------------------------------------------------------------
 

@@ -138,6 +138,8 @@ async def run_code(
         raise UsageError(f"entry {entry!r} is not a function name")
     if not 0 < timeout_s <= MAX_CODE_TIMEOUT_S:
         raise UsageError(f"timeout_s must be above 0 and at most {MAX_CODE_TIMEOUT_S}")
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise UsageError(f"args must be a list of JSON values, got {type(args).__name__}")
     try:
         args_json = json.dumps(list(args), allow_nan=False)
     except (TypeError, ValueError) as err:
