@@ -26,6 +26,7 @@ from toren import errors as _errors
 
 if TYPE_CHECKING:
     from toren._agent import Agent, load_agent
+    from toren._code_run import CodeRun
     from toren._config import AgentConfig
     from toren._context import Attachment, ExecutionState, ToolResult, Variable
     from toren._plugin import TorenPlugin
@@ -60,6 +61,7 @@ __all__ = [
     "ApprovalWaitError",
     "Attachment",
     "AttachmentError",
+    "CodeRun",
     "ConfigError",
     "Decision",
     "ExecutionState",
@@ -93,6 +95,7 @@ __all__ = [
 _WHERE = {
     "Agent": "toren._agent",
     "load_agent": "toren._agent",
+    "CodeRun": "toren._code_run",
     "AgentConfig": "toren._config",
     "Attachment": "toren._context",
     "ExecutionState": "toren._context",

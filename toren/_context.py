@@ -23,9 +23,11 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from toren._code_run import CodeRun
 
 __all__ = [
     "Attachment",
@@ -159,6 +161,18 @@ class CallHooks(Protocol):
         """Run another tool of the agent now, inside this call."""
         ...
 
+    async def run_code(
+        self,
+        ctx: ToolContext,
+        source: str,
+        modules: Mapping[str, str],
+        entry: str,
+        args: Sequence[Any],
+        timeout_s: float,
+    ) -> CodeRun:
+        """Run Python `source` in the sandbox, in the run's workspace."""
+        ...
+
 
 @dataclass
 class ToolContext:
@@ -288,6 +302,41 @@ class ToolContext:
         if self.hooks is None:
             raise RuntimeError("invoke_tool needs a run (no hooks in this context)")
         return await self.hooks.invoke(self, name, dict(args or {}))
+
+    async def run_code(
+        self,
+        source: str,
+        *,
+        modules: Mapping[str, str] | None = None,
+        entry: str = "main",
+        args: Sequence[Any] = (),
+        timeout_s: float = 30,
+    ) -> CodeRun:
+        r"""Run Python `source` in the sandbox and return what `entry(*args)` returned.
+
+        ```python
+        run = await ctx.run_code(
+            "from helpers import double\ndef main(x):\n    return {'y': double(x)}\n",
+            modules={"helpers.py": "def double(v):\n    return 2 * v\n"},
+            args=[21],
+        )
+        run.ok, run.result, run.stdout     # (True, {'y': 42}, '')
+        ```
+
+        It runs with the worker's system `python3` in the jail bash uses, always without
+        network, in the run's workspace (its cwd; the only writable place besides `/tmp`).
+        `modules` are importable helper files by relative path (`"pkg/util.py"`); `args` and
+        the returned value are JSON. The code's own failure (an exception, a timeout, a value
+        that is not JSON) comes back as `ok=False` with a one-line `error`.
+
+        Raises:
+            UsageError: A bad module name, entry, args or timeout (at most 600 s).
+            SandboxError: bubblewrap does not work on this worker.
+            RuntimeError: Outside a run.
+        """
+        if self.hooks is None:
+            raise RuntimeError("run_code needs a run (no hooks in this context)")
+        return await self.hooks.run_code(self, source, dict(modules or {}), entry, args, timeout_s)
 
     # -- events and messages -----------------------------------------------------------------
 

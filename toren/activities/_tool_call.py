@@ -13,13 +13,14 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from toren._code_run import CodeRun
 from toren._context import ExecutionState, ToolContext, ToolResult
 from toren._limits import MAX_CHANGES_BYTES, cut_text
 from toren._redact import Redactor
@@ -31,6 +32,7 @@ from toren._tool import Tool
 from toren._transcript import assemble
 from toren._types import DEFAULT_TOOL_TIMEOUT_MS, ToolCallInput, ToolCallResult
 from toren.activities._loaded import LoadedAgent
+from toren.tools._sandbox import code_jail, run_code, workspace_dir, workspace_root
 
 __all__ = [
     "RunHooks",
@@ -89,6 +91,22 @@ class RunHooks:
     async def read_messages(self) -> list[dict[str, Any]]:
         """The conversation so far, across continue-as-new (queries `transcript_segment`)."""
         return await read_transcript(self.run_key)
+
+    async def run_code(
+        self,
+        ctx: ToolContext,
+        source: str,
+        modules: Mapping[str, str],
+        entry: str,
+        args: Sequence[Any],
+        timeout_s: float,
+    ) -> CodeRun:
+        """Run `source` in bash's jail (without network) in the run's workspace."""
+        jail = code_jail(self.loaded.agent.config)
+        workspace = workspace_dir(workspace_root(os.environ), ctx.run_id)
+        return await run_code(
+            jail, workspace, source, modules=modules, entry=entry, args=args, timeout_s=timeout_s
+        )
 
     async def invoke(self, ctx: ToolContext, name: str, args: Mapping[str, Any]) -> ToolResult:
         """Run tool `name` inside the calling tool's activity."""

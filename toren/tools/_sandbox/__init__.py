@@ -46,6 +46,10 @@ host's files and use its network) is for both sides to opt in: the agent's block
 `unconfined: true` AND the worker's operator names the agent in
 `TOREN_SANDBOX_UNCONFINED=<name>[,<name>...]`. Either alone is not enough, and where bwrap works
 it is always used. The file tools enforce the workspace boundary themselves in both modes.
+
+**`ctx.run_code`.** Any tool of any agent may run Python source in the same jail, always without
+network, in its run's workspace (`code_jail`, `run_code`); without a working bwrap it raises
+`SandboxError` unless the same two opt-ins allow running it unconfined.
 """
 
 from __future__ import annotations
@@ -61,9 +65,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from toren._config import AgentConfig, SandboxConfig
 from toren._tool import Tool, ToolContext, define_tool
-from toren.errors import ConfigError
+from toren.errors import ConfigError, SandboxError
+from toren.tools._sandbox._code import check_modules, run_code
 from toren.tools._sandbox._files import (
-    SandboxError,
     edit_file,
     read_file,
     workspace_dir,
@@ -72,7 +76,15 @@ from toren.tools._sandbox._files import (
 )
 from toren.tools._sandbox._jail import KEEP_CHARS, SANDBOX_PATH, Jail, probe
 
-__all__ = ["SandboxError", "tools"]
+__all__ = [
+    "SandboxError",
+    "check_modules",
+    "code_jail",
+    "run_code",
+    "tools",
+    "workspace_dir",
+    "workspace_root",
+]
 
 log = logging.getLogger("toren")
 
@@ -107,27 +119,10 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
 
 def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
     """The path of a working bwrap, or None when unconfined mode is allowed; else raise."""
-    bwrap = shutil.which("bwrap")
+    bwrap, problem = _working_bwrap(options.network)
     if bwrap:
-        failure = probe(bwrap, options.network)
-        if failure is None:
-            return bwrap
-        problem = (
-            f"bubblewrap ({bwrap}) cannot create a sandbox on this worker: {failure}; "
-            "hosts and containers often forbid user namespaces: allow them (sysctl "
-            "kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
-            "kernel.apparmor_restrict_unprivileged_userns=0; in Docker a seccomp and AppArmor "
-            "profile that permits unshare) or run the worker on a host or VM that does"
-        )
-    else:
-        problem = (
-            "bash needs bubblewrap, and `bwrap` is not on this worker's PATH; install it "
-            "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)"
-        )
-    allowed = {
-        n.strip() for n in os.environ.get("TOREN_SANDBOX_UNCONFINED", "").split(",") if n.strip()
-    }
-    if options.unconfined and agent in allowed:
+        return bwrap
+    if _unconfined_allowed(agent, options):
         log.warning(
             "agent %r: running bash UNCONFINED (no bubblewrap): it can read this host's files "
             "and use its network (%s)",
@@ -136,9 +131,66 @@ def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
         )
         return None
     raise ConfigError(
-        f"{problem}. To run bash unconfined instead, at your own risk, set `unconfined: true` "
-        f"in the sandbox block AND TOREN_SANDBOX_UNCONFINED={agent} on the worker"
+        f"bash needs bubblewrap: {problem}. To run bash unconfined instead, at your own risk, "
+        f"set `unconfined: true` in the sandbox block AND TOREN_SANDBOX_UNCONFINED={agent} on "
+        "the worker"
     )
+
+
+def code_jail(config: AgentConfig) -> Jail:
+    """The jail `ctx.run_code` uses for `config`'s agent: bash's, always without network.
+
+    Reads `TOREN_SANDBOX_UNCONFINED` and PATH (for `bwrap`) from the worker's environment.
+
+    Raises:
+        SandboxError: bwrap does not work on this worker, and the agent (`sandbox:
+            {unconfined: true}`) and the operator did not both opt into unconfined mode.
+    """
+    options = config.sandbox or SandboxConfig()
+    bwrap, problem = _working_bwrap(network=False)
+    if bwrap:
+        return Jail(bwrap=bwrap, network=False)
+    if _unconfined_allowed(config.name, options):
+        log.warning(
+            "agent %r: running ctx.run_code UNCONFINED (no bubblewrap): the code can read this "
+            "host's files and use its network (%s)",
+            config.name,
+            problem,
+        )
+        return Jail(bwrap=None, network=False)
+    raise SandboxError(
+        f"ctx.run_code needs bubblewrap: {problem}. To run code unconfined instead, at your own "
+        f"risk, set `sandbox: {{unconfined: true}}` in agent.yaml AND "
+        f"TOREN_SANDBOX_UNCONFINED={config.name} on the worker"
+    )
+
+
+def _working_bwrap(network: bool) -> tuple[str | None, str]:
+    """`(path, "")` of a bwrap that works here, or `(None, why not and how to fix it)`."""
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return None, (
+            "`bwrap` is not on this worker's PATH; install it (Debian/Ubuntu: apt-get install "
+            "bubblewrap; Fedora: dnf install bubblewrap)"
+        )
+    failure = probe(bwrap, network)
+    if failure is None:
+        return bwrap, ""
+    return None, (
+        f"bubblewrap ({bwrap}) cannot create a sandbox on this worker: {failure}; "
+        "hosts and containers often forbid user namespaces: allow them (sysctl "
+        "kernel.unprivileged_userns_clone=1; on Ubuntu 23.10+ "
+        "kernel.apparmor_restrict_unprivileged_userns=0; in Docker a seccomp and AppArmor "
+        "profile that permits unshare) or run the worker on a host or VM that does"
+    )
+
+
+def _unconfined_allowed(agent: str, options: SandboxConfig) -> bool:
+    """Whether both the agent (`unconfined: true`) and the operator allow running unjailed."""
+    allowed = {
+        n.strip() for n in os.environ.get("TOREN_SANDBOX_UNCONFINED", "").split(",") if n.strip()
+    }
+    return options.unconfined and agent in allowed
 
 
 class BashArgs(BaseModel):

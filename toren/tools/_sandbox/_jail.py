@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +63,17 @@ _DRAIN_S = 2.0
 _POLL_S = 0.02
 
 
-def bwrap_argv(bwrap: str, workspace: Path, network: bool, command: str) -> list[str]:
-    """The bwrap command line that runs `bash -c command` with `workspace` at /workspace."""
+def bwrap_argv(
+    bwrap: str,
+    workspace: Path,
+    network: bool,
+    command: str,
+    binds: Sequence[tuple[Path, str]] = (),
+) -> list[str]:
+    """The bwrap command line that runs `bash -c command` with `workspace` at /workspace.
+
+    `binds` are extra (host directory, sandbox path) pairs, mounted read-only.
+    """
     argv = [
         bwrap,
         "--unshare-all",  # user, pid, net, ipc, uts, cgroup namespaces
@@ -92,6 +101,10 @@ def bwrap_argv(bwrap: str, workspace: Path, network: bool, command: str) -> list
         "/dev",
         "--tmpfs",
         "/tmp",
+    ]
+    for source, target in binds:
+        argv += ["--ro-bind", str(source), target]
+    argv += [
         "--bind",
         str(workspace),
         "/workspace",
@@ -169,15 +182,25 @@ class Jail:
     network: bool
 
     async def run(
-        self, command: str, workspace: Path, env: Mapping[str, str], timeout_s: float
+        self,
+        command: str,
+        workspace: Path,
+        env: Mapping[str, str],
+        timeout_s: float,
+        binds: Sequence[tuple[Path, str]] = (),
+        pass_fds: Sequence[int] = (),
+        timeout_note: str = "",
     ) -> dict[str, Any]:
         """Run `command`; return `{exit_code, stdout, stderr}`.
 
         The process group is killed at `timeout_s` (exit code 124 and a note in stderr) and when
-        the caller is cancelled (the activity's timeout or a cancelled run).
+        the caller is cancelled (the activity's timeout or a cancelled run). `binds` mount host
+        directories read-only in the sandbox (unconfined, the command sees them where they are);
+        `pass_fds` stay open in the command under the same numbers; `timeout_note` replaces
+        bash's advice after a timeout.
         """
         if self.bwrap:
-            argv = bwrap_argv(self.bwrap, workspace, self.network, command)
+            argv = bwrap_argv(self.bwrap, workspace, self.network, command, binds)
             # bwrap is started with exactly the sandbox's env, not the worker's: --clearenv
             # would clean only the command's env, while bwrap's own pid-1 process in the
             # sandbox keeps bwrap's environ, readable at /proc/1/environ. Passing values as
@@ -194,6 +217,7 @@ class Jail:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, killed as a whole
+            pass_fds=tuple(pass_fds),
         )
         out, err = Capture(), Capture()
         assert proc.stdout and proc.stderr
@@ -228,8 +252,9 @@ class Jail:
         stderr = err.text()
         if timed_out:
             code = TIMEOUT_EXIT_CODE
-            stderr += (
-                f"\n[toren] killed after timeout_seconds={timeout_s:g}; run long jobs in the "
+            stderr += "\n[toren] " + (
+                timeout_note
+                or f"killed after timeout_seconds={timeout_s:g}; run long jobs in the "
                 "background with a shorter poll, or raise timeout_seconds (at most 600)"
             )
         elif code is not None and code < 0:
