@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from toren._context import Attachment, ToolResult, Variable
     from toren._plugin import TorenPlugin
     from toren._tool import Tool, ToolContext, define_tool
+    from toren._tool_list import ToolInfo, list_tools
     from toren._types import Decision, PendingApproval, RunInput, RunResult
     from toren.activities import AgentRuntime
     from toren.errors import (
@@ -77,6 +78,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolInfo",
     "ToolResult",
     "TorenError",
     "TorenPlugin",
@@ -84,6 +86,7 @@ __all__ = [
     "Variable",
     "WebSearchError",
     "define_tool",
+    "list_tools",
     "load_agent",
 ]
 
@@ -98,6 +101,8 @@ _WHERE = {
     "Tool": "toren._tool",
     "ToolContext": "toren._tool",
     "define_tool": "toren._tool",
+    "ToolInfo": "toren._tool_list",
+    "list_tools": "toren._tool_list",
     "Decision": "toren._types",
     "PendingApproval": "toren._types",
     "RunInput": "toren._types",
