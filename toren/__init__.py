@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from toren._context import Attachment, ExecutionState, ToolResult, Variable
     from toren._plugin import TorenPlugin
     from toren._tool import Tool, ToolContext, define_tool
+    from toren._tool_list import ToolInfo, list_tools
     from toren._types import Decision, PendingApproval, RunInput, RunResult, ThreadResult
     from toren.activities import AgentRuntime
     from toren.errors import (
@@ -82,6 +83,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolInfo",
     "ToolResult",
     "TorenError",
     "TorenPlugin",
@@ -89,6 +91,7 @@ __all__ = [
     "Variable",
     "WebSearchError",
     "define_tool",
+    "list_tools",
     "load_agent",
 ]
 
@@ -105,6 +108,8 @@ _WHERE = {
     "Tool": "toren._tool",
     "ToolContext": "toren._tool",
     "define_tool": "toren._tool",
+    "ToolInfo": "toren._tool_list",
+    "list_tools": "toren._tool_list",
     "Decision": "toren._types",
     "PendingApproval": "toren._types",
     "RunInput": "toren._types",

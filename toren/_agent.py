@@ -125,6 +125,12 @@ def load_agent(folder: str | Path) -> Agent:
                     f"{tool.source}: uses: tool {tool.name!r} lists {name!r}, which the agent "
                     f"does not have (its tools: {', '.join(sorted(tools))})"
                 )
+            elif tools[name].execution_mode == "provider":
+                problems.append(
+                    f"{tool.source}: uses: tool {tool.name!r} lists {name!r}, which "
+                    f"{tools[name].execution_provider} runs inside the model call: no tool can "
+                    "invoke it"
+                )
     if problems:
         raise ConfigError(problems)
     return Agent(config=config, folder=folder, instructions=instructions, tools=tools)

@@ -6,17 +6,18 @@ for event in render(history):
     print(event["type"], event)
 ```
 
-Event types: RunStarted (ThreadStarted for a thread, then MessageReceived and
-MessageAnswered per message, ThreadCloseRequested, ThreadClosed), LlmCallStarted,
-LlmCallCompleted, LlmCallFailed (one per failed attempt, from the records `toren._attempts`
-describes), ToolCallStarted (for a local tool call,
-dated when it started, not when its marker was written), ToolCallCompleted (with attachments by
-name and id), ToolCallFailed, ApprovalRequested, ApprovalResolved, SignalRefused, and what tools
-did through their context: ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then
+Event types: RunStarted (ThreadStarted for a thread, then MessageReceived and MessageAnswered
+per message, ThreadCloseRequested, ThreadClosed), LlmCallStarted, LlmCallCompleted,
+LlmCallFailed (one per failed attempt, from the records `toren._attempts` describes),
+ToolCallStarted (for a local tool call, dated when it started, not when its marker was written;
+for a tool the model's provider ran, with `provider`, right after the LlmCallCompleted whose
+reply carried it), ToolCallCompleted (with attachments by name and id), ToolCallFailed,
+ApprovalRequested, ApprovalResolved, SignalRefused, and what tools did through their context:
+ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then
 RunCompleted or RunFailed (also RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew);
-WorkflowTaskFailed when a worker could not run the workflow's code. Nothing here is stored
-twice: the log is derived from the history, which stays the one source of truth. Payloads an
-offloading store holds are read first with `read_through`.
+WorkflowTaskFailed when a worker could not run the workflow's code. Nothing here is stored twice:
+the log is derived from the history, which stays the one source of truth. Payloads an offloading
+store holds are read first with `read_through`.
 """
 
 from __future__ import annotations
@@ -435,6 +436,20 @@ class _Renderer:
                 # `length`: cut at maxTokens (the model is told when it cut a tool call).
                 finishReason=result.get("finish_reason") or None,
             )
+            # Tools the provider ran inside this call: logged like any call, by whom they ran.
+            for call in message.get("provider_calls") or []:
+                args = call.get("arguments")
+                with contextlib.suppress(ValueError):
+                    args = json.loads(args) if isinstance(args, str) else args
+                who = call.get("provider")
+                self.emit(
+                    event, "ToolCallStarted", callId=call.get("id"), tool=call.get("name"),
+                    args=args, provider=who, step=info.get("step"),
+                )  # fmt: skip
+                self.emit(
+                    event, "ToolCallCompleted", callId=call.get("id"), tool=call.get("name"),
+                    result=call.get("result"), isError=bool(call.get("is_error")), provider=who,
+                )  # fmt: skip
         elif "." in info["name"] and not info["name"].startswith("toren."):
             tool = info["name"].split(".", 1)[1]
             changes = result.get("changes") or {}

@@ -19,6 +19,20 @@ tool = define_tool(
     timeout_ms=30_000,           # slower calls return an error result to the model
     max_attempts=2,              # a call whose worker died twice fails closed
     handler=lambda args, ctx: payments.refund(args, key=ctx.idempotency_key),
+    annotations={"team": "billing"},  # free JSON for consumers (`toren check`, `list_tools`)
+    progress_argument="order_id",     # the argument that says what a call is doing
+)
+```
+
+A tool the model's provider runs itself (Anthropic's hosted web search) has no handler:
+
+```python
+tool = define_tool(
+    name="web_search",                # the provider's own name for the tool
+    description="Search the web.",
+    execution_mode="provider",
+    execution_provider="anthropic",   # only an `anthropic/` model may use it
+    provider_options={"max_uses": 3}, # merged into the provider's tool declaration
 )
 ```
 """
@@ -41,11 +55,12 @@ from typing import Any, Literal, TypedDict, Unpack, overload
 from toren._context import ToolContext, ToolResult, Variable
 from toren._problems import did_you_mean
 from toren._schema import check_schema, input_schema
-from toren.errors import ConfigError
+from toren.errors import ConfigError, ToolError
 
 __all__ = [
     "Approval",
     "Effects",
+    "ExecutionMode",
     "Idempotency",
     "Tool",
     "ToolContext",
@@ -58,11 +73,13 @@ __all__ = [
 Effects = Literal["none", "sandbox", "external"]
 Idempotency = Literal["keyed", "none"]
 Approval = Literal["never", "always"] | Callable[[Any], bool]
+ExecutionMode = Literal["local", "provider"]
 Handler = Callable[[Any, "ToolContext"], Any | Awaitable[Any]]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _EFFECTS = ("none", "sandbox", "external")
 _IDEMPOTENCY = ("keyed", "none")
+_EXECUTION_MODES = ("local", "provider")
 
 
 @dataclass
@@ -73,8 +90,9 @@ class Tool:
     """Tool name the model sees; `None` until discovery gives it the file's stem."""
     description: str
     """What the tool does, for the model."""
-    handler: Handler
-    """`handler(args, ctx) -> str` (sync or async); dicts and lists are JSON-encoded."""
+    handler: Handler | None
+    """`handler(args, ctx) -> str` (sync or async); dicts and lists are JSON-encoded. `None`
+    only for a tool the provider runs (`execution_mode="provider"`)."""
     input: Any = None
     """A pydantic model class, a JSON Schema dict, or `None` for no arguments."""
     effects: Effects = "none"
@@ -95,6 +113,17 @@ class Tool:
     """Env values this tool needs, resolved from the worker's environment before each call."""
     native: str | None = None
     """For built-ins the workflow runs itself (`run_process`, `check_run`); not an activity."""
+    annotations: dict[str, Any] = field(default_factory=dict)
+    """Free JSON metadata for consumers (UIs, catalogues); toren only shows and records it."""
+    progress_argument: str | None = None
+    """The argument (a property of `input`) that describes the operation in progress."""
+    execution_mode: ExecutionMode = "local"
+    """`local`: toren runs the handler as an activity; `provider`: the model's provider runs the
+    tool inside the model call and its result comes back in the model's reply."""
+    execution_provider: str | None = None
+    """For `provider` mode: whose tool it is (`anthropic`); the agent's model must be theirs."""
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    """For `provider` mode: keys merged into the provider's tool declaration (`max_uses`)."""
     schema: dict[str, Any] = field(default_factory=dict)
     """The JSON Schema the model sees, derived from `input`."""
     source: str | None = None
@@ -123,6 +152,13 @@ class Tool:
 
     async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
         """Run the handler on `args`; its return value as a `ToolResult`."""
+        if self.handler is None:
+            # The agent loader keeps other tools from invoking one, and the workflow never
+            # schedules one: reaching here is a bug, said plainly.
+            raise ToolError(
+                f"tool {self.name!r} is run by {self.execution_provider} inside the model call; "
+                "toren has no handler to run"
+            )
         parsed = self.parse_args(args)
         if inspect.iscoroutinefunction(self.handler):
             result = await self.handler(parsed, ctx)
@@ -197,20 +233,52 @@ class ToolOptions(TypedDict, total=False):
     """Tools this one may call with `ctx.invoke_tool`."""
     variables: Sequence[Variable]
     """Env values this tool needs, resolved before each call."""
-
-
-@overload
-def define_tool(*, description: str, handler: Handler, **options: Unpack[ToolOptions]) -> Tool: ...
+    annotations: Mapping[str, Any]
+    """Free JSON metadata for consumers; must be JSON-serialisable."""
+    progress_argument: str | None
+    """The argument that describes the operation in progress; a property of `input`."""
+    execution_provider: str | None
+    """With `execution_mode="provider"`: the provider that runs the tool (`anthropic`)."""
+    provider_options: Mapping[str, Any]
+    """With `execution_mode="provider"`: merged into the provider's tool declaration."""
 
 
 @overload
 def define_tool(
-    *, description: str, handler: None = None, **options: Unpack[ToolOptions]
+    *,
+    description: str,
+    handler: Handler,
+    execution_mode: Literal["local"] = "local",
+    **options: Unpack[ToolOptions],
+) -> Tool: ...
+
+
+@overload
+def define_tool(
+    *,
+    description: str,
+    handler: None = None,
+    execution_mode: Literal["local"] = "local",
+    **options: Unpack[ToolOptions],
 ) -> Callable[[Handler], Tool]: ...
 
 
+@overload
 def define_tool(
-    *, description: str, handler: Handler | None = None, **options: Unpack[ToolOptions]
+    *,
+    description: str,
+    handler: None = None,
+    execution_mode: Literal["provider"],
+    **options: Unpack[ToolOptions],
+) -> Tool: ...
+
+
+def define_tool(
+    *,
+    description: str,
+    handler: Handler | None = None,
+    execution_mode: ExecutionMode = "local",
+    **options: Unpack[ToolOptions],
 ) -> Tool | Callable[[Handler], Tool]:
     """Declare a tool and its durability contract.
 
@@ -219,6 +287,12 @@ def define_tool(
     The name defaults to the file's stem. `approval_timeout` (seconds or a `timedelta`) denies a
     gated call nobody decided in time; by default it waits forever (or the agent's
     `limits.approvalTimeoutMin`).
+
+    `execution_mode="provider"` declares a tool the model's provider runs itself (its
+    `execution_provider`, e.g. `anthropic`): it takes no handler, no approval and no call limits
+    (toren never runs it), its name is the provider's name for the tool, and an agent whose model
+    is not that provider's refuses to load. `annotations` is free JSON for consumers;
+    `progress_argument` names the `input` property that says what a call is doing.
 
     Raises:
         ConfigError: a keyword is unknown or has a wrong value; names the tool and every one.
@@ -234,16 +308,24 @@ def define_tool(
     )
     fields["uses"] = tuple(fields.get("uses", ()))
     fields["variables"] = tuple(fields.get("variables", ()))
+    fields["annotations"] = _plain_dict(fields.get("annotations", {}))
+    fields["provider_options"] = _plain_dict(fields.get("provider_options", {}))
+    fields["execution_mode"] = execution_mode
 
-    def build(fn: Handler) -> Tool:
+    def build(fn: Handler | None) -> Tool:
         tool = Tool(description=description, handler=fn, **fields)
         tool.source = _caller_file()
         _check(tool, unknown)
         return tool
 
-    if handler is None:
+    if handler is None and execution_mode != "provider":
         return build
     return build(handler)
+
+
+def _plain_dict(value: Any) -> Any:
+    # A mapping becomes a dict (recorded as JSON); anything else stays, for `_check` to name.
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 def _caller_file() -> str | None:
@@ -257,14 +339,27 @@ def _check(tool: Tool, unknown: Sequence[str] = ()) -> None:
     label = f"tool {tool.name!r}" if tool.name else "tool"
     if tool.source:
         label += f" ({tool.source})"
-    known = sorted(ToolOptions.__optional_keys__ | {"description", "handler"})
+    known = sorted(ToolOptions.__optional_keys__ | {"description", "handler", "execution_mode"})
     problems = [f"{label}: unknown keyword {k!r}{did_you_mean(k, known)}" for k in unknown]
     if tool.name is not None and not _NAME.match(tool.name):
         problems.append(f"{label}: name {tool.name!r} must be snake_case ([a-z][a-z0-9_]*)")
     if not isinstance(tool.description, str) or not tool.description.strip():
         problems.append(f"{label}: description must be a non-empty string")
-    if not callable(tool.handler):
+    if tool.execution_mode == "provider":
+        problems += _provider_problems(tool, label)
+    elif tool.execution_mode != "local":
+        problems.append(
+            f"{label}: execution_mode must be one of {_EXECUTION_MODES}, "
+            f"got {tool.execution_mode!r}"
+        )
+    elif not callable(tool.handler):
         problems.append(f"{label}: handler must be a function handler(args, ctx)")
+    elif tool.execution_provider is not None or tool.provider_options:
+        key = "execution_provider" if tool.execution_provider is not None else "provider_options"
+        problems.append(
+            f"{label}: {key} is for a tool the provider runs; add execution_mode='provider' "
+            "(and no handler), or drop it"
+        )
     if tool.effects not in _EFFECTS:
         problems.append(f"{label}: effects must be one of {_EFFECTS}, got {tool.effects!r}")
     if tool.idempotency not in _IDEMPOTENCY:
@@ -294,6 +389,8 @@ def _check(tool: Tool, unknown: Sequence[str] = ()) -> None:
         problems.append(f"{label}: input: {err}")
     else:
         problems += [f"{label}: input: {p}" for p in check_schema(tool.schema)]
+        problems += _progress_problems(tool, label)
+    problems += _json_problems(label, "annotations", tool.annotations)
     for name in tool.uses:
         if not isinstance(name, str) or not _NAME.match(name):
             problems.append(f"{label}: uses: {name!r} is not a tool name")
@@ -304,3 +401,67 @@ def _check(tool: Tool, unknown: Sequence[str] = ()) -> None:
             problems.append(f"{label}: variables: {var.name!r} type must be 'text' or 'secret'")
     if problems:
         raise ConfigError(problems)
+
+
+def _provider_problems(tool: Tool, label: str) -> list[str]:
+    """What a tool the provider runs may not declare: toren never runs it, so none of it applies."""
+    problems: list[str] = []
+    if not isinstance(tool.execution_provider, str) or not tool.execution_provider:
+        problems.append(
+            f"{label}: execution_mode='provider' needs execution_provider, the provider that "
+            "runs the tool (e.g. 'anthropic')"
+        )
+    if tool.handler is not None:
+        problems.append(
+            f"{label}: a tool with execution_mode='provider' takes no handler: "
+            f"{tool.execution_provider or 'the provider'} runs it inside the model call"
+        )
+    if tool.approval != "never":
+        problems.append(
+            f"{label}: approval cannot gate a tool the provider runs (it runs inside the model "
+            "call, before toren sees it); drop approval or make it a local tool"
+        )
+    defaults = Tool(name=None, description="", handler=None)
+    for key in ("timeout_ms", "max_attempts", "approval_timeout_s", "uses", "variables"):
+        if getattr(tool, key) != getattr(defaults, key):
+            word = "approval_timeout" if key == "approval_timeout_s" else key
+            problems.append(
+                f"{label}: {word} has no effect on a tool the provider runs (toren never runs "
+                "it); drop it"
+            )
+    problems += _json_problems(label, "provider_options", tool.provider_options)
+    if isinstance(tool.provider_options, dict) and "name" in tool.provider_options:
+        problems.append(
+            f"{label}: provider_options: 'name' is the tool's own name; set name= instead"
+        )
+    return problems
+
+
+def _progress_problems(tool: Tool, label: str) -> list[str]:
+    name = tool.progress_argument
+    if name is None:
+        return []
+    properties = sorted(tool.schema.get("properties") or {})
+    if not isinstance(name, str) or name not in properties:
+        allowed = ", ".join(repr(p) for p in properties) or "none: the tool takes no arguments"
+        return [
+            f"{label}: progress_argument {name!r} is not an argument of the tool's input "
+            f"(its arguments: {allowed}){did_you_mean(str(name), properties)}"
+        ]
+    return []
+
+
+def _json_problems(label: str, key: str, value: Any) -> list[str]:
+    """`value` must be a JSON object: its problems, each naming the key inside it."""
+    if not isinstance(value, dict):
+        return [f"{label}: {key} must be a dict of JSON values, got {type(value).__name__}"]
+    problems = []
+    for name, item in value.items():
+        if not isinstance(name, str):
+            problems.append(f"{label}: {key}: key {name!r} must be a string")
+            continue
+        try:
+            json.dumps(item, allow_nan=False)
+        except (TypeError, ValueError) as err:
+            problems.append(f"{label}: {key}[{name!r}] is not JSON-serialisable: {err}")
+    return problems

@@ -99,6 +99,14 @@ class ToolSpec:
     approval_timeout_s: float | None = None
     native: str | None = None
     """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
+    execution_mode: str = "local"
+    """`provider`: the model's provider runs the tool inside the model call; never an activity."""
+    execution_provider: str | None = None
+    """Who runs a `provider` tool (`anthropic`)."""
+    progress_argument: str | None = None
+    """The argument that describes the operation in progress (for `tool_call_started`)."""
+    annotations: dict[str, Any] | None = None
+    """The tool's free JSON metadata, when it declares any."""
 
 
 @dataclass

@@ -42,8 +42,10 @@ from temporalio.service import RPCError
 from toren import client as toren_client
 from toren._agent import load_agent
 from toren._events import EventStream, format_event
+from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.errors import ConfigError, TorenError
+from toren.models._hosted import hosted_tool_problems
 
 __all__ = ["entrypoint", "main"]
 
@@ -343,6 +345,9 @@ async def cmd_check(args: argparse.Namespace) -> int:
     for folder in args.agent_dir:
         try:
             agent = load_agent(folder)
+            hosted = hosted_tool_problems(agent.name, agent.config.model, agent.tools.values())
+            if hosted:
+                raise ConfigError(hosted)
         except ConfigError as err:
             print(f"✗ {folder}: {err}", file=sys.stderr)
             status = 1
@@ -360,28 +365,45 @@ async def cmd_check(args: argparse.Namespace) -> int:
         if missing:
             print(f"  ! missing here: {', '.join(missing)} (a worker would refuse to start)")
         defaulted = []
-        for tool in agent.tools.values():
-            timeout = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
-            attempts = tool.max_attempts or limits.max_attempts_per_task or DEFAULT_TOOL_ATTEMPTS
-            marks = ("" if tool.timeout_ms else "*", "" if tool.max_attempts else "*")
-            if not tool.native and "*" in marks:
-                defaulted.append(tool.name or "")
-            print(
-                f"  tool {tool.name}: effects={tool.effects} idempotency={tool.idempotency} "
-                f"approval={tool.approval_kind} timeout_ms={timeout}{marks[0]} "
-                f"max_attempts={attempts}{marks[1]}"
-            )
+        for tool in tool_infos(agent):
+            if tool.execution_mode == "provider":
+                print(
+                    f"  tool {tool.name}: run by {tool.execution_provider} inside the model call "
+                    "(no activity)"
+                )
+            else:
+                timeout = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
+                attempts = (
+                    tool.max_attempts or limits.max_attempts_per_task or DEFAULT_TOOL_ATTEMPTS
+                )
+                marks = ("" if tool.timeout_ms else "*", "" if tool.max_attempts else "*")
+                if not agent.tools[tool.name].native and "*" in marks:
+                    defaulted.append(tool.name)
+                print(
+                    f"  tool {tool.name}: effects={tool.effects} idempotency={tool.idempotency} "
+                    f"approval={tool.approval} timeout_ms={timeout}{marks[0]} "
+                    f"max_attempts={attempts}{marks[1]}"
+                )
+            print(f"    {tool.description}")
+            if tool.progress_argument:
+                print(f"    progress: {tool.progress_argument}")
+            if tool.annotations:
+                print(f"    annotations: {_one_line(tool.annotations)}")
+            if args.schemas:
+                schema = json.dumps(tool.schema, indent=2).replace("\n", "\n    ")
+                print(f"    {schema}")
         if defaulted:
             print(
                 f"  * not declared by the tool: a default (timeout_ms {DEFAULT_TOOL_TIMEOUT_MS}, "
                 f"max_attempts limits.maxAttemptsPerTask or {DEFAULT_TOOL_ATTEMPTS}); "
                 f"relying on defaults: {', '.join(defaulted)}"
             )
-            print(f"    {tool.description}")
-            if args.schemas:
-                schema = json.dumps(tool.schema, indent=2).replace("\n", "\n    ")
-                print(f"    {schema}")
     return status
+
+
+def _one_line(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _parse_kv(text: str) -> tuple[str, Any]:

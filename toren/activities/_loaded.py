@@ -47,6 +47,10 @@ class LoadedAgent:
                     max_attempts=t.max_attempts,
                     approval_timeout_s=t.approval_timeout_s,
                     native=t.native,
+                    execution_mode=t.execution_mode,
+                    execution_provider=t.execution_provider,
+                    progress_argument=t.progress_argument,
+                    annotations=t.annotations or None,
                 )
                 for t in self.agent.tools.values()
             ],

@@ -43,6 +43,7 @@ from toren.activities._tool_call import (
 )
 from toren.errors import ConfigError
 from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
+from toren.models._hosted import hosted_tool_problems
 
 __all__ = ["AgentRuntime"]
 
@@ -95,6 +96,8 @@ class AgentRuntime:
                 model = model_override or agent.config.model
                 if model_override:
                     agent.config = agent.config.model_copy(update={"model": model})
+                # Reported with the agent's other problems (a missing key, say), all at once.
+                problems += hosted_tool_problems(agent.name, model, agent.tools.values())
                 env = agent.resolve_env(environ)
                 for tool in agent.tools.values():
                     absent = missing_variables(tool, environ)
@@ -135,7 +138,8 @@ class AgentRuntime:
         acts: list[Callable[..., Any]] = [self.agent_spec, self.check_approval, self.call_model]
         for a in served:
             for tool in a.agent.tools.values():
-                if not tool.native:
+                # The workflow runs native tools; the model's provider runs provider tools.
+                if not tool.native and tool.execution_mode == "local":
                     acts.append(self._tool_activity(a, tool))
         return acts
 
@@ -222,10 +226,7 @@ class AgentRuntime:
             model=model_name,
             system=loaded.agent.instructions,
             messages=messages,
-            tools=[
-                {"name": t.name, "description": t.description, "parameters": t.schema}
-                for t in loaded.agent.tools.values()
-            ],
+            tools=[_declaration(t) for t in loaded.agent.tools.values()],
             max_tokens=loaded.agent.config.max_tokens,
             settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),
         )
@@ -292,6 +293,19 @@ class AgentRuntime:
             return result
 
         return run_tool
+
+
+def _declaration(tool: Tool) -> dict[str, Any]:
+    """What a model request says of `tool` (`ModelRequest.tools`)."""
+    declared: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.schema,
+    }
+    if tool.execution_mode == "provider":
+        declared["provider"] = tool.execution_provider
+        declared["provider_options"] = tool.provider_options
+    return declared
 
 
 def _warn_short_secrets(loaded: LoadedAgent, environ: Mapping[str, str]) -> None:

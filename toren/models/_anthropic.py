@@ -4,15 +4,22 @@ Toren's neutral transcript is mapped to Anthropic's content blocks: assistant to
 `tool_use` blocks, and tool results become `tool_result` blocks grouped into the user turn that
 follows the assistant turn (the API requires that). The provider never retries: every failure
 becomes a `ModelHTTPError` and Temporal's retry policy decides what happens next.
+
+A tool Anthropic runs itself (`execution_mode="provider"`, e.g. web search) is sent as its
+server-tool declaration. Its `server_tool_use` and `*_tool_result` blocks come back inside the
+reply: the message keeps the reply's blocks verbatim (`provider_content`), which go back as the
+assistant turn of the next request as the API requires, and a readable `provider_calls` list.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from toren._types import CUT_AT_MAX_TOKENS
 from toren.models._base import Message, ModelReply, ModelRequest, arguments_object
+from toren.models._hosted import hosted_declaration
 from toren.models._http_model import HTTPModel
 
 __all__ = ["AnthropicModel"]
@@ -26,6 +33,8 @@ FINISH_REASONS = {
     "max_tokens": CUT_AT_MAX_TOKENS,
 }
 """Anthropic's `stop_reason` → `ModelReply.finish_reason` (others are kept as they are)."""
+MAX_PAUSES = 5
+"""Continuations of one reply Anthropic paused mid-turn (`pause_turn`) before it is kept as is."""
 
 
 class AnthropicModel(HTTPModel):
@@ -49,6 +58,23 @@ class AnthropicModel(HTTPModel):
             "anthropic-version": API_VERSION,
         }
 
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Send one request; a turn Anthropic paused (`pause_turn`) is continued in this call.
+
+        A long turn of server tools can stop with `pause_turn`, to be sent back as it is so the
+        model goes on. That is one model turn, not a retry: its parts become one reply, so the
+        workflow sees a whole turn (and never ends a run on half of one). Raises what
+        `HTTPModel.complete` raises.
+        """
+        reply = await super().complete(request)
+        for _ in range(MAX_PAUSES):
+            if reply.finish_reason != "pause_turn":
+                break
+            paused = [*request.messages, reply.message()]
+            more = await super().complete(dataclasses.replace(request, messages=paused))
+            reply = _joined(reply, more)
+        return reply
+
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API JSON body for `request`.
 
@@ -67,14 +93,7 @@ class AnthropicModel(HTTPModel):
             # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
             body["stop_sequences" if name == "stop" else name] = value
         if request.tools:
-            body["tools"] = [
-                {
-                    "name": tool["name"],
-                    "description": tool.get("description", ""),
-                    "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
-                }
-                for tool in request.tools
-            ]
+            body["tools"] = [_tool(tool) for tool in request.tools]
         return body
 
     def parse_reply(self, data: Any, model: str) -> ModelReply:
@@ -91,6 +110,7 @@ class AnthropicModel(HTTPModel):
             raise ValueError(f"no content list; got keys {sorted(data)}")
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
+        hosted: dict[str, dict[str, Any]] = {}
         for block in blocks:
             kind = block.get("type")
             if kind == "text":
@@ -103,7 +123,17 @@ class AnthropicModel(HTTPModel):
                         "arguments": json.dumps(block.get("input") or {}),
                     }
                 )
-            # Other blocks (thinking, server tools) are not part of toren's transcript.
+            elif kind == "server_tool_use":
+                hosted[block["id"]] = {
+                    "id": block["id"],
+                    "name": block["name"],
+                    "arguments": json.dumps(block.get("input") or {}),
+                    "provider": "anthropic",
+                }
+            elif str(kind).endswith("_tool_result") and block.get("tool_use_id") in hosted:
+                result, failed = _hosted_result(block.get("content"))
+                hosted[block["tool_use_id"]].update(result=result, is_error=failed)
+            # Other blocks (thinking) are not part of toren's transcript.
         usage = data.get("usage") or {}
         stop_reason = str(data.get("stop_reason") or "")
         return ModelReply(
@@ -115,6 +145,10 @@ class AnthropicModel(HTTPModel):
             },
             model=str(data.get("model") or model),
             finish_reason=FINISH_REASONS.get(stop_reason, stop_reason),
+            provider_calls=list(hosted.values()),
+            # The API wants a server tool's blocks back as they came (citations, encrypted
+            # content); only then is the reply kept whole.
+            provider_content={"anthropic": blocks} if hosted else None,
         )
 
 
@@ -123,7 +157,10 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
     for message in messages:
         role = message.get("role")
         blocks: list[dict[str, Any]] = []
-        if role == "assistant":
+        verbatim = (message.get("provider_content") or {}).get("anthropic")
+        if role == "assistant" and isinstance(verbatim, list):
+            blocks.extend(verbatim)
+        elif role == "assistant":
             text = message.get("content") or ""
             if text:
                 blocks.append({"type": "text", "text": str(text)})
@@ -177,6 +214,63 @@ def _messages(messages: list[Message]) -> list[dict[str, Any]]:
         ):
             turn["content"] = content[0]["text"]
     return out
+
+
+def _joined(first: ModelReply, then: ModelReply) -> ModelReply:
+    """A paused reply and its continuation as one reply (the blocks of both, in order)."""
+    blocks = [*_blocks_of(first), *_blocks_of(then)]
+    hosted = first.provider_calls + then.provider_calls
+    return ModelReply(
+        content=first.content + then.content,
+        tool_calls=first.tool_calls + then.tool_calls,
+        usage={k: first.usage.get(k, 0) + then.usage.get(k, 0) for k in then.usage},
+        model=then.model,
+        finish_reason=then.finish_reason,
+        provider_calls=hosted,
+        provider_content={"anthropic": blocks} if hosted else None,
+    )
+
+
+def _blocks_of(reply: ModelReply) -> list[dict[str, Any]]:
+    kept = (reply.provider_content or {}).get("anthropic")
+    if isinstance(kept, list):
+        return kept
+    blocks: list[dict[str, Any]] = []
+    if reply.content:
+        blocks.append({"type": "text", "text": reply.content})
+    for call in reply.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call["id"], "name": call["name"],
+             "input": arguments_object(call.get("arguments")) or {}}
+        )  # fmt: skip
+    return blocks
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("provider"):
+        return hosted_declaration(
+            str(tool["provider"]), str(tool["name"]), dict(tool.get("provider_options") or {})
+        )
+    return {
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
+    }
+
+
+def _hosted_result(content: Any) -> tuple[str, bool]:
+    """A server tool's result, readable: `title — url` per web page, or the error code."""
+    if isinstance(content, dict):
+        code = content.get("error_code") or content.get("type") or "error"
+        return f"error: {code}", True
+    if isinstance(content, list):
+        lines = [
+            f"{item.get('title') or ''} — {item.get('url') or ''}".strip(" —")
+            for item in content
+            if isinstance(item, dict)
+        ]
+        return "\n".join(lines), False
+    return str(content or ""), False
 
 
 def _text(value: Any) -> str:

@@ -8,6 +8,11 @@ Transcript messages are provider-neutral dicts:
 {"role": "tool", "tool_call_id": "...", "name": "...", "content": "...", "is_error": false}
 ```
 
+An assistant message may also hold `provider_calls` (`[{"id", "name", "arguments", "provider",
+"result", "is_error"}]`: calls of tools the provider ran itself, readable by anyone) and
+`provider_content` (`{"anthropic": [blocks]}`: the reply verbatim, which that provider needs back
+in the next request); the workflow runs neither.
+
 `arguments` is the JSON text the model produced (it may be invalid: the workflow checks it and
 tells the model; a provider sends `{}` back in its place, see `arguments_object`). Providers never
 retry: they raise `ModelHTTPError` and Temporal's retry policy decides.
@@ -43,7 +48,8 @@ class ModelRequest:
     messages: list[Message]
     """The transcript so far."""
     tools: list[dict[str, Any]] = field(default_factory=list)
-    """`{"name", "description", "parameters"}` per tool; `parameters` is a JSON Schema."""
+    """`{"name", "description", "parameters"}` per tool; `parameters` is a JSON Schema. A tool
+    the provider runs also has `"provider"` (who runs it) and `"provider_options"`."""
     max_tokens: int = 4096
     """Upper bound on tokens in the reply."""
     settings: dict[str, Any] = field(default_factory=dict)
@@ -62,12 +68,20 @@ class ModelReply:
     """Why the model stopped, in OpenAI's words whatever the provider: `stop`, `tool_calls`,
     `length` (`CUT_AT_MAX_TOKENS`: its text or a tool call's arguments may be incomplete), or
     the provider's own value for anything else; empty when the provider said nothing."""
+    provider_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Calls of tools the provider ran itself, with their results (never run by toren)."""
+    provider_content: dict[str, Any] | None = None
+    """`{provider: reply}` verbatim, when the provider needs it back (it ran a tool)."""
 
     def message(self) -> Message:
         """The transcript message for this reply."""
         message: Message = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             message["tool_calls"] = self.tool_calls
+        if self.provider_calls:
+            message["provider_calls"] = self.provider_calls
+        if self.provider_content:
+            message["provider_content"] = self.provider_content
         return message
 
 

@@ -40,7 +40,18 @@ class OpenAIModel(HTTPModel):
         return headers
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The Chat Completions JSON body for `request`."""
+        """The Chat Completions JSON body for `request`.
+
+        Raises:
+            ValueError: A tool is one the provider runs: Chat Completions carries none (the
+                agent loader refuses such an agent first, `toren.models._hosted`).
+        """
+        hosted = [t["name"] for t in request.tools if t.get("provider")]
+        if hosted:
+            raise ValueError(
+                f"tools {hosted} are run by a provider; OpenAI's Chat Completions API carries "
+                "no hosted tools"
+            )
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})

@@ -93,6 +93,13 @@ class ToolCalls:
         tool = next((t for t in self._spec.tools if t.name == name), None)
         if tool is None:
             return made_here(f"unknown tool: {name}")
+        if tool.execution_mode == "provider":
+            # Its provider runs it inside the model call (the reply carries its result in
+            # `provider_calls`); one that reaches here as a plain call is never scheduled.
+            return made_here(
+                f"tool {name} is run by {tool.execution_provider} inside the model call, not "
+                "by toren; nothing ran"
+            )
         args, problem = _parse_args(call.get("arguments"))
         if problem is None:
             problem = validate_args(tool.schema, args)
