@@ -80,10 +80,14 @@ async def _run_python(code: str) -> str:
 
 @pytest.mark.parametrize("index", range(len(_blocks("run", "python"))))
 async def test_python_snippet_runs(index: int, dev_server: DevServer, support_worker: None) -> None:
-    out = await _run_python(_blocks("run", "python")[index])
+    code = _blocks("run", "python")[index]
+    out = await _run_python(code)
     # The scripted mock refunds A-1001 once the call is approved, whatever the prompt said.
     assert "Done: refunded 149.00 on order A-1001" in out, out
-    assert "RunCompleted" in out, out
+    if "start_thread" in code:
+        assert "user Thanks. When will I see the money?" in out, out  # the follow-up ran
+    else:
+        assert "RunCompleted" in out, out
 
 
 def _shell_lines(code: str) -> list[str]:
@@ -101,7 +105,9 @@ async def test_shell_block_runs(
 ) -> None:
     # A fresh run id each time, so a rerun on the same server does not collide.
     suffix = uuid.uuid4().hex[:8]
-    code = _blocks("run", "bash")[index].replace("readme-cli", f"readme-cli-{suffix}")
+    code = _blocks("run", "bash")[index]
+    code = code.replace("readme-cli", f"readme-cli-{suffix}")
+    code = code.replace("readme-thread", f"readme-thread-{suffix}")
     env = {
         **os.environ,
         "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
@@ -121,7 +127,7 @@ async def test_shell_block_runs(
         text = out.decode()
         assert proc.returncode == 0, f"README line failed: {line}\n{text}"
         started += re.findall(r"^\s*WorkflowId\s+(\S+)", text, re.M)
-        started += re.findall(rf"readme-cli-{suffix}", line)
+        started += re.findall(rf"readme-(?:cli|thread)-{suffix}", line)
     assert started, "the block started no run"
     # Every run the block started reaches its approval: a worker served it, as written.
     for run_id in set(started):

@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 
 from tests.conftest import DevServer, fetch_history, secret, task_failures, wait_for
 from toren import client as toren_client
+from toren._events import render
 from toren.errors import RunError, UsageError
 from toren.models import ScriptedModel
 from toren.worker import serve
@@ -348,3 +349,27 @@ tool = define_tool(description="Needs a person.", approval="always", handler=lam
                 proc.kill()
                 proc.wait()
     assert not task_failures(await fetch_history(client, thread.id))
+
+
+async def test_close_cancels_an_execution_parked_on_an_approval(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    gated = """
+from toren import define_tool
+tool = define_tool(description="Needs a person.", approval="always", handler=lambda a, c: "ran")
+"""
+    folder = make_agent(tools={"gated": gated})
+    model = ScriptedModel([step(call("gated", "g1")), "never"])
+    async with serve(client, [folder], models={"mock/scripted": model}):
+        thread = await toren_client.start_thread(client, folder.name)
+        sending = asyncio.ensure_future(toren_client.send_message(client, thread.id, "go"))
+        await toren_client.wait_for_approval(client, thread.id, timeout=30)
+        await toren_client.close_thread(client, thread.id, by="ops", wait=False)
+        with pytest.raises(RunError, match="closed") as failed:
+            await asyncio.wait_for(sending, timeout=30)
+        assert failed.value.kind == "ThreadClosed"
+        result = await thread.result()
+    assert (result.executions, result.closed_by) == (1, "close by ops")
+    history = await fetch_history(client, thread.id)
+    assert not task_failures(history)
+    assert "ran" not in [e.get("result") for e in render(history)]

@@ -124,11 +124,10 @@ async def _update(
         raise
     except WorkflowUpdateFailedError as err:
         cause = err.cause
-        if isinstance(cause, ApplicationError) and cause.type not in (
-            "InvalidMessage",
-            "ThreadClosed",
-            "UnknownMessage",
-        ):
+        details = cause.details if isinstance(cause, ApplicationError) else ()
+        if details and isinstance(details[0], dict) and "message_id" in details[0]:
+            # The message ran and its execution failed (a refused message has no outcome).
+            assert isinstance(cause, ApplicationError)
             raise RunError(cause.message, kind=cause.type or "RunError") from None
         raise
     return outcome

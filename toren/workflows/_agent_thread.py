@@ -23,18 +23,21 @@ client does this for you).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from toren._transcript import TranscriptRef
     from toren._types import (
         RunInput,
+        RunResult,
         RunState,
         ThreadCarry,
         ThreadInput,
@@ -213,7 +216,7 @@ class AgentThread(AgentRun):
         self._executing = True
         tool_calls, usage = run.tool_calls, dict(run.usage)
         try:
-            result = await self._answer()
+            result = await self._answer_unless_closed()
             outcome: dict[str, Any] = {
                 "status": "completed",
                 "text": result.text,
@@ -229,6 +232,24 @@ class AgentThread(AgentRun):
         thread.idle_since = workflow.now().isoformat()
         self._finish(message, outcome)
         self._sync_status()
+
+    async def _answer_unless_closed(self) -> RunResult:
+        """`_answer`, cancelled (its calls and approvals with it) when `close` arrives."""
+        answering = asyncio.ensure_future(self._answer())
+        closed = asyncio.ensure_future(workflow.wait_condition(lambda: bool(self._thread.closing)))
+        await workflow.wait([answering, closed], return_when=asyncio.FIRST_COMPLETED)
+        if answering.done():
+            closed.cancel()
+            return answering.result()
+        answering.cancel()
+        with contextlib.suppress(asyncio.CancelledError, CancelledError, ActivityError):
+            await answering
+        self._approvals.pending.clear()  # their calls will never run
+        self._approvals.publish()
+        raise RunError(
+            f"the thread was closed ({self._thread.closing}) while this message ran",
+            kind="ThreadClosed",
+        )
 
     def _finish(self, message: ThreadMessage, outcome: dict[str, Any]) -> None:
         results = self._thread.results
@@ -372,9 +393,12 @@ class AgentThread(AgentRun):
             m.id == message_id for m in self._thread.queue
         )
 
-    @workflow.signal(description='Close the thread once the running execution ends: {"by": ...}.')
+    @workflow.signal(
+        description='Close the thread: {"by": ...}. A running execution is cancelled (its calls '
+        "and waiting approvals with it); waiting messages fail with ThreadClosed."
+    )
     def close(self, *request: Any) -> None:
-        """End the thread; messages not yet started are answered with `ThreadClosed`."""
+        """End the thread; the running and waiting messages are answered with `ThreadClosed`."""
         by = ""
         if request and isinstance(request[0], dict):
             by = str(request[0].get("by") or "")
