@@ -364,6 +364,9 @@ tool = define_tool(description="Needs a person.", approval="always", handler=lam
         thread = await toren_client.start_thread(client, folder.name)
         sending = asyncio.ensure_future(toren_client.send_message(client, thread.id, "go"))
         await toren_client.wait_for_approval(client, thread.id, timeout=30)
+        # A thread's waiting call is in the inbox like a run's (visibility lags a little).
+        waiting = await wait_for(lambda: toren_client.inbox(client, folder.name), timeout=30)
+        assert [(i.run_id, i.call.call_id) for i in waiting] == [(thread.id, "g1")]
         await toren_client.close_thread(client, thread.id, by="ops", wait=False)
         with pytest.raises(RunError, match="closed") as failed:
             await asyncio.wait_for(sending, timeout=30)

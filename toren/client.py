@@ -261,7 +261,7 @@ async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
     """
     # A run terminated, cancelled or timed out while waiting keeps its last TorenStatus.
     query = (
-        'WorkflowType = "AgentRun" AND ExecutionStatus = "Running" '
+        'WorkflowType IN ("AgentRun", "AgentThread") AND ExecutionStatus = "Running" '
         'AND TorenStatus = "waiting_approval"'
     )
     if agent is not None:
