@@ -139,7 +139,9 @@ async def test_400_fails_the_run_at_once(client: Client, make_agent: Callable[..
     assert len(calls) == 1
     assert getattr(err.cause, "type", None) == "ModelCallFailed"
     assert "unknown role" in str(err.cause)
-    assert [e["type"] for e in events][-2:] == ["LlmCallFailed", "RunFailed"]
+    assert [e["type"] for e in events][-3:] == ["LlmCallFailed", "Receipt", "RunFailed"]
+    receipt = events[-2]
+    assert (receipt["calls"], receipt["retries"]) == (0, 1)  # one attempt, none answered
     assert (events[-2]["attempt"], events[-2]["status"]) == (1, 400)
 
 

@@ -26,7 +26,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["KEPT", "attempts_before", "carried", "failure_record", "with_failure"]
+__all__ = [
+    "KEPT",
+    "attempts_before",
+    "carried",
+    "failure_record",
+    "usage_of",
+    "with_failure",
+    "with_usage",
+]
 
 KEPT = 20
 """Failed attempts kept per model call (the latest), so the record stays small."""
@@ -52,6 +60,23 @@ def with_failure(
     return [*earlier, record][-KEPT:]
 
 
+def with_usage(
+    earlier: list[dict[str, Any]], attempt: int, usage: dict[str, int]
+) -> list[dict[str, Any]]:
+    """`earlier` and the usage this attempt's provider reported (billed even if it then dies)."""
+    at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    return [*earlier, {"attempt": attempt, "usage": dict(usage), "at": at}][-KEPT:]
+
+
+def usage_of(records: list[dict[str, Any]]) -> dict[str, int]:
+    """The summed usage the attempts in `records` reported (a usage record has no error)."""
+    total: dict[str, int] = {}
+    for record in records:
+        for key, value in (record.get("usage") or {}).items():
+            total[key] = total.get(key, 0) + int(value)
+    return total
+
+
 def attempts_before(started: Any, decode: Decode) -> list[dict[str, Any]]:
     """The failed attempts before the one an `ActivityTaskStarted` event records.
 
@@ -66,7 +91,7 @@ def attempts_before(started: Any, decode: Decode) -> list[dict[str, Any]]:
     if records:
         return records
     info = failure.timeout_failure_info if failure.HasField("timeout_failure_info") else None
-    earlier = carried(decode(info.last_heartbeat_details)) if info else []
+    earlier = _failures(carried(decode(info.last_heartbeat_details))) if info else []
     lost = {"attempt": started.attempt - 1, "status": None, "error": _text(failure)}
     return [*[r for r in earlier if r["attempt"] < lost["attempt"]], lost]
 
@@ -75,7 +100,11 @@ def failure_record(failure: Any, decode: Decode) -> list[dict[str, Any]]:
     """The failed attempts an `ApplicationError` of `toren.call_model` carries (up to its own)."""
     if not failure.HasField("application_failure_info"):
         return []
-    return carried(decode(failure.application_failure_info.details))
+    return _failures(carried(decode(failure.application_failure_info.details)))
+
+
+def _failures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if "error" in r]
 
 
 def _text(failure: Any) -> str:

@@ -74,6 +74,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class Prices(_Strict):
+    """USD per million tokens, for models the price table does not know (or to override it)."""
+
+    input_per_mtok: float = Field(alias="inputPerMTok", ge=0)
+    output_per_mtok: float = Field(alias="outputPerMTok", ge=0)
+
+
 class Limits(_Strict):
     """Run-level budgets."""
 
@@ -85,6 +92,13 @@ class Limits(_Strict):
     """Minutes before a workflow timer ends the run with a budget error; `None`: no limit."""
     approval_timeout_min: float | None = Field(None, alias="approvalTimeoutMin", gt=0)
     """Default minutes a gated call waits before it is denied; `None`: wait forever."""
+    max_tokens: int | None = Field(None, alias="maxTokens", ge=1)
+    """Input + output tokens a run (a thread: each message's execution) may use, counting
+    every model attempt that reported usage and every child run; then it fails."""
+    max_cost_usd: float | None = Field(None, alias="maxCostUSD", gt=0)
+    """US dollars a run (a thread: each execution) may spend on its model calls."""
+    prices: Prices | None = None
+    """The model's price per million tokens; default: the `genai-prices` table."""
     thread_idle_timeout_min: float | None = Field(None, alias="threadIdleTimeoutMin", gt=0)
     """Minutes a thread (`AgentThread`) may rest with no message before it closes itself;
     `None`: it rests until `close`."""

@@ -13,8 +13,9 @@ ToolCallStarted (for a local tool call, dated when it started, not when its mark
 for a tool the model's provider ran, with `provider`, right after the LlmCallCompleted whose
 reply carried it), ToolCallCompleted (with attachments by name and id), ToolCallFailed,
 ApprovalRequested, ApprovalResolved, SignalRefused, and what tools did through their context:
-ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then
-RunCompleted or RunFailed (also RunTimedOut, RunCanceled, RunTerminated, RunContinuedAsNew);
+ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then Receipt (model calls,
+failed attempts, tokens, cost) and RunCompleted or RunFailed (also RunTimedOut, RunCanceled,
+RunTerminated, RunContinuedAsNew);
 WorkflowTaskFailed when a worker could not run the workflow's code. Nothing here is stored twice:
 the log is derived from the history, which stays the one source of truth. Payloads an offloading
 store holds are read first with `read_through`.
@@ -134,6 +135,16 @@ class _Renderer:
         self.model_calls: dict[str, dict[str, Any]] = {}
         self.decided: set[str] = set()
         self.workflow_id = ""
+        self.prices: list[float] | None = None
+        """USD per million input and output tokens, from the run's recorded spec."""
+        self.receipt: dict[str, Any] = {
+            "calls": 0,
+            "retries": 0,
+            "inputTokens": 0,
+            "outputTokens": 0,
+        }
+        """The run's model calls as billed: answered calls, failed attempts, tokens, cost.
+        Each is recorded once in history, so a replay never pays for it again."""
         self.thread = False
         """Whether the history is an `AgentThread`'s (it takes messages and `close`)."""
 
@@ -245,6 +256,7 @@ class _Renderer:
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = self._first(event.workflow_execution_completed_event_attributes.result)
             result = result if isinstance(result, dict) else {"text": result}
+            self._receipt(event)
             if "closed_by" in result:
                 self.emit(
                     event,
@@ -256,6 +268,11 @@ class _Renderer:
                     event,
                     "RunCompleted",
                     **_pick(result, "text", "steps", "toolCalls=tool_calls", "usage"),
+                    **(
+                        {"costUSD": result["cost_usd"]}
+                        if result.get("cost_usd") is not None
+                        else {}
+                    ),
                 )
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
             failure = event.workflow_execution_failed_event_attributes.failure
@@ -264,6 +281,7 @@ class _Renderer:
                 if failure.HasField("application_failure_info")
                 else ""
             )
+            self._receipt(event)
             self.emit(event, "RunFailed", error=_failure_text(failure), kind=kind)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
             self.emit(event, "RunTimedOut", error="workflow execution timeout reached")
@@ -297,6 +315,7 @@ class _Renderer:
         kind = meta.get("activity_type") if isinstance(meta, dict) else None
         if kind == "toren.agent_spec" and isinstance(result, dict):
             self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
+            self.prices = result.get("prices")
 
         elif kind and "." in kind and not kind.startswith("toren."):
             self._local_tool(event, kind.split(".", 1)[1], result, a)
@@ -377,9 +396,35 @@ class _Renderer:
         for record in attempts_before(a, self._decode):
             self._model_attempt_failed(event, info, record)
 
+    def _count(self, usage: dict[str, Any], earlier: dict[str, Any]) -> float | None:
+        """Add a model call to the receipt; its cost, when the run recorded prices."""
+        receipt = self.receipt
+        receipt["calls"] += 1
+        tokens = {
+            k: int(usage.get(k, 0) or 0) + int(earlier.get(k, 0) or 0)
+            for k in ("input_tokens", "output_tokens")
+        }
+        receipt["inputTokens"] += tokens["input_tokens"]
+        receipt["outputTokens"] += tokens["output_tokens"]
+        if not self.prices:
+            return None
+        cost = (
+            tokens["input_tokens"] * self.prices[0] + tokens["output_tokens"] * self.prices[1]
+        ) / 1_000_000
+        receipt["costUSD"] = (receipt.get("costUSD") or 0.0) + cost
+        return cost
+
+    def _receipt(self, event: HistoryEvent) -> None:
+        """What this run's model calls cost, once, where the run ends."""
+        receipt = dict(self.receipt)
+        if "costUSD" in receipt:
+            receipt["costUSD"] = round(receipt["costUSD"], 6)
+        self.emit(event, "Receipt", **receipt)
+
     def _model_attempt_failed(
         self, event: HistoryEvent, info: dict[str, Any], record: dict[str, Any]
     ) -> None:
+        self.receipt["retries"] += 1
         self.emit(
             event,
             "LlmCallFailed",
@@ -425,6 +470,9 @@ class _Renderer:
         if info["name"] == "toren.call_model":
             message = result.get("message") or {}
             self.model_calls = {c.get("id", ""): c for c in message.get("tool_calls") or []}
+            usage = result.get("usage") or {}
+            earlier = result.get("earlier_usage") or {}
+            cost = self._count(usage, earlier)
             self.emit(
                 event,
                 "LlmCallCompleted",
@@ -432,7 +480,10 @@ class _Renderer:
                 attempt=info["attempt"] if info.get("attempt", 1) > 1 else None,
                 text=message.get("content", ""),
                 toolCalls=message.get("tool_calls", []),
-                usage=result.get("usage", {}),
+                usage=usage,
+                # Billed to attempts that died after the provider answered (budgeted agents).
+                **({"earlierUsage": earlier} if earlier else {}),
+                **({"costUSD": round(cost, 6)} if cost is not None else {}),
                 # `length`: cut at maxTokens (the model is told when it cut a tool call).
                 finishReason=result.get("finish_reason") or None,
             )

@@ -80,7 +80,9 @@ class RunResult:
     tool_calls: int
     """Tool calls made (including refused and denied ones)."""
     usage: dict[str, int] = field(default_factory=dict)
-    """Summed token usage: `input_tokens`, `output_tokens`."""
+    """Summed token usage: `input_tokens`, `output_tokens` (child runs' included)."""
+    cost_usd: float | None = None
+    """What the model calls cost, when the model's price is known."""
 
 
 @dataclass
@@ -148,6 +150,12 @@ class AgentSpec:
     """The retry policy of every model call."""
     thread_idle_timeout_min: float | None = None
     """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
+    max_tokens_budget: int | None = None
+    """`limits.maxTokens`: input + output tokens a run (a thread's execution) may use."""
+    max_cost_usd: float | None = None
+    """`limits.maxCostUSD`."""
+    prices: list[float] | None = None
+    """USD per million input and output tokens of the model, when known."""
 
 
 @dataclass
@@ -203,6 +211,11 @@ class RunState:
     """Executions started so far in a thread (0 in an `AgentRun`, which is one execution)."""
     execution_start: int = 0
     """Index in the transcript of the current execution's first message."""
+    spent: dict[str, float] = field(default_factory=dict)
+    """What the budgets count, for the run (a thread: its current execution): `tokens`,
+    `cost_usd`, `calls`, `retries`, and `last_prompt` (the last call's input + output)."""
+    cost_usd: float = 0.0
+    """What the run's model calls (and child runs) cost so far, where prices are known."""
 
 
 @dataclass
@@ -235,6 +248,11 @@ class ModelCallResult:
     finish_reason: str = ""
     """Why the model stopped: `stop`, `tool_calls`, `length` (`CUT_AT_MAX_TOKENS`), or the
     provider's own word; empty in histories recorded before toren kept it."""
+    earlier_usage: dict[str, int] = field(default_factory=dict)
+    """Tokens earlier attempts of this call were billed for (a reply whose attempt then died;
+    kept only for agents with a token or cost budget)."""
+    attempt: int = 0
+    """Which attempt answered (0 in histories recorded before toren kept it)."""
 
 
 @dataclass

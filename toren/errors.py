@@ -31,6 +31,7 @@ except toren.ConfigError as err:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
@@ -170,6 +171,6 @@ class RunError(TorenError, ApplicationError):
     `BudgetExceeded` or `ModelCallFailed`.
     """
 
-    def __init__(self, message: str, kind: str = "RunError") -> None:
-        ApplicationError.__init__(self, message, type=kind, non_retryable=True)
+    def __init__(self, message: str, kind: str = "RunError", *details: Any) -> None:
+        ApplicationError.__init__(self, message, *details, type=kind, non_retryable=True)
         self.kind = kind

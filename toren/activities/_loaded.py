@@ -28,6 +28,8 @@ class LoadedAgent:
     provider: ModelProvider
     model: str
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    prices: tuple[float, float] | None = None
+    """USD per million input and output tokens of the model (agent.yaml, or the table)."""
 
     def spec(self, search_attributes: Sequence[str] = ()) -> AgentSpec:
         """The spec the workflow records once per run."""
@@ -58,6 +60,9 @@ class LoadedAgent:
             max_attempts=limits.max_attempts_per_task,
             max_wall_clock_min=limits.max_wall_clock_min,
             thread_idle_timeout_min=limits.thread_idle_timeout_min,
+            max_tokens_budget=limits.max_tokens,
+            max_cost_usd=limits.max_cost_usd,
+            prices=list(self.prices) if self.prices else None,
             approval_timeout_s=(
                 limits.approval_timeout_min * 60 if limits.approval_timeout_min else None
             ),

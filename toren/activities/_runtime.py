@@ -21,8 +21,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren._agent import Agent, load_agent, process_specs
-from toren._attempts import carried, with_failure
+from toren._attempts import carried, usage_of, with_failure, with_usage
 from toren._limits import cut_message
+from toren._prices import prices_for
 from toren._redact import MIN_SECRET_CHARS
 from toren._tool import Tool
 from toren._transcript import TranscriptCache, tool_message
@@ -111,8 +112,28 @@ class AgentRuntime:
                         )
                 provider = (models or {}).get(model) or provider_for(model, env, agent.folder)
                 processes = process_specs(agent.config, agent.folder)
+                limits = agent.config.limits
+                configured = limits.prices
+                prices = prices_for(
+                    model,
+                    {"input": configured.input_per_mtok, "output": configured.output_per_mtok}
+                    if configured
+                    else None,
+                )
+                if limits.max_cost_usd is not None and prices is None:
+                    problems.append(
+                        f"{agent.folder / 'agent.yaml'}: limits.maxCostUSD needs the price of "
+                        f"model {model!r}, which the price table does not know: set "
+                        "limits.prices: {inputPerMTok: ..., outputPerMTok: ...} (USD per "
+                        "million tokens)"
+                    )
                 ready = LoadedAgent(
-                    agent=agent, env=env, provider=provider, model=model, processes=processes
+                    agent=agent,
+                    env=env,
+                    provider=provider,
+                    model=model,
+                    processes=processes,
+                    prices=prices,
                 )
                 _warn_short_secrets(ready, environ)
                 loaded.append(ready)
@@ -234,7 +255,9 @@ class AgentRuntime:
         # The failures of this call's earlier attempts, so history keeps every one (_attempts).
         earlier = carried(info.heartbeat_details)
         redactor = loaded.redactor()
-        async with _heartbeating():
+        limits = loaded.agent.config.limits
+        budgeted = limits.max_tokens is not None or limits.max_cost_usd is not None
+        async with _heartbeating() as beats:
             try:
                 reply = await loaded.provider.complete(request)
             except ModelHTTPError as err:
@@ -265,11 +288,21 @@ class AgentRuntime:
                     type="ModelProviderError",
                     non_retryable=True,
                 ) from None
+            if budgeted and reply.usage:
+                # Paid for now: if this attempt dies before its result is recorded, the next
+                # one still counts these tokens (one heartbeat, only for budgeted agents).
+                beats[:] = [with_usage(earlier, info.attempt, reply.usage)]
+                activity.heartbeat(*beats)
         # A model may repeat a secret it was given (in a prompt, say): its reply is redacted too.
         message = cut_message(redactor.value(reply.message()))
         self.transcripts.store(input.run_key, [*messages, message])
         return ModelCallResult(
-            message=message, usage=reply.usage, model=reply.model, finish_reason=reply.finish_reason
+            message=message,
+            usage=reply.usage,
+            model=reply.model,
+            finish_reason=reply.finish_reason,
+            earlier_usage=usage_of(earlier),
+            attempt=info.attempt,
         )
 
     async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
@@ -329,16 +362,16 @@ def _warn_short_secrets(loaded: LoadedAgent, environ: Mapping[str, str]) -> None
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncIterator[None]:
+async def _heartbeating() -> AsyncIterator[list[Any]]:
     """Heartbeat in the background, so a dead worker is noticed and cancellation arrives.
 
     Each beat carries the details this attempt started with, so what an earlier attempt left
     there (a model call's failed attempts, `toren._attempts`) outlives a worker that dies.
     """
-    details = activity.info().heartbeat_details
+    details = list(activity.info().heartbeat_details)
     if activity.info().is_local:
         # Local activities cannot heartbeat (the SDK core logs a warning for each attempt).
-        yield
+        yield details
         return
 
     async def beat() -> None:
@@ -350,7 +383,7 @@ async def _heartbeating() -> AsyncIterator[None]:
 
     task = asyncio.create_task(beat())
     try:
-        yield
+        yield details  # the caller may replace what later beats carry
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

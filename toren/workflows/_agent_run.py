@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.errors import RunError
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background
+    from toren.workflows._budget import Budget
     from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
     from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls, flow_id
@@ -71,6 +72,14 @@ def toren_bug(err: Exception, workflow_type: str) -> ApplicationError:
         type="TorenBug",
         non_retryable=True,
     )
+
+
+def _since_last_reply(messages: list[Message]) -> list[Message]:
+    """The messages after the model's last reply (what the next prompt adds)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant" and not messages[i].get("queued"):
+            return messages[i + 1 :]
+    return messages
 
 
 def _retry_policy(retry: ModelRetry) -> RetryPolicy:
@@ -134,7 +143,8 @@ class AgentRun:
         else:
             self._run.spec = await self._load_spec(input.agent)
         self._transcript = TranscriptRef(self._run.messages, self._run.prior)
-        self._background = Background(self._run)
+        self._budget = Budget(self._run)
+        self._background = Background(self._run, self._budget.add_child)
         self._calls = ToolCalls(self._run, input, self._approvals, self._background)
         if input.carry is None:
             for message in input.messages or []:
@@ -142,9 +152,10 @@ class AgentRun:
             self._transcript.append({"role": "user", "content": input.prompt}, None)
         try:
             result = await self._answer()
-        except RunError:
+        except RunError as err:
             self._sync_status("failed")
-            raise
+            # The usage travels with the failure: a parent run counts a failed child's too.
+            raise RunError(err.message, err.kind, self._budget.receipt()) from None
         self._sync_status("completed")
         return result
 
@@ -278,12 +289,15 @@ class AgentRun:
                     steps=run.step,
                     tool_calls=run.tool_calls,
                     usage=dict(run.usage),
+                    cost_usd=round(run.cost_usd, 6) if spec.prices else None,
                 )
             await self._run_turn(calls, cut=reply.finish_reason == CUT_AT_MAX_TOKENS)
 
     async def _call_model(self) -> ModelCallResult:
         spec, run, transcript = self._spec, self._run, self._transcript
         info = workflow.info()
+        self._budget.check(spec)  # a child run's usage may have crossed it
+        self._budget.before_call(spec, _since_last_reply(run.messages))
         try:
             reply: ModelCallResult = await workflow.execute_activity(
                 "toren.call_model",
@@ -309,9 +323,8 @@ class AgentRun:
             raise RunError(
                 f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
             ) from None
-        for key in ("input_tokens", "output_tokens"):
-            run.usage[key] = run.usage.get(key, 0) + int(reply.usage.get(key, 0))
         transcript.model_replied(reply.message)
+        self._budget.after_call(spec, reply)
         return reply
 
     async def _run_turn(self, calls: list[dict[str, Any]], cut: bool = False) -> None:

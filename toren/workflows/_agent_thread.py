@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.errors import RunError
     from toren.workflows._agent_run import AgentRun, toren_bug
     from toren.workflows._background import Background
+    from toren.workflows._budget import Budget, fresh_spending
     from toren.workflows._input import json_type, parse_thread_input
     from toren.workflows._tool_calls import ToolCalls
 
@@ -136,9 +137,10 @@ class AgentThread(AgentRun):
         else:
             self._thread.idle_since = workflow.now().isoformat()
         self._transcript = TranscriptRef(self._run.messages, self._run.prior)
+        self._budget = Budget(self._run)
         # Never trust a policy from input: every run of the chain records the spec again.
         self._run.spec = await self._load_spec(input.agent)
-        self._background = Background(self._run)
+        self._background = Background(self._run, self._budget.add_child)
         self._input = self._execution_input(None)
         self._calls = ToolCalls(self._run, self._input, self._approvals, self._background)
         self._approvals.publish()
@@ -207,6 +209,7 @@ class AgentThread(AgentRun):
             run.context = {}
             run.events = []
             run.deadline = None
+            run.spent = fresh_spending()  # budgets bound each message's execution
             run.execution_start = self._transcript.count
             thread.running = True
             said = {"role": "user", "content": message.content}

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -28,8 +29,12 @@ CHILD_OUTPUT_CHARS = 4000
 class Background:
     """The background runs one run started, and the notices their ends leave for the model."""
 
-    def __init__(self, run: RunState) -> None:
+    def __init__(
+        self, run: RunState, on_usage: Callable[[dict[str, Any], float | None], None]
+    ) -> None:
         self._run = run
+        self._on_usage = on_usage
+        """Counts a finished child's usage and cost into this run's budget."""
         self._watchers: list[asyncio.Future[None]] = []
 
     def running(self) -> bool:
@@ -84,10 +89,18 @@ class Background:
         try:
             result = await handle
         except ChildWorkflowError as err:
+            cause = err.cause
+            receipt = (
+                cause.details[0] if isinstance(cause, ApplicationError) and cause.details else None
+            )
+            if isinstance(receipt, dict):
+                self._on_usage(receipt.get("usage") or {}, receipt.get("cost_usd"))
             error = str(err.cause or err)[:CHILD_OUTPUT_CHARS]
             self._run.children[child_id] = {"process": name, "status": "failed", "error": error}
             note = f"Background run {child_id} ({name}) failed: {error}"
         else:
+            if isinstance(result, dict) and isinstance(result.get("usage"), dict):
+                self._on_usage(result["usage"], result.get("cost_usd"))
             output = result.get("text") if isinstance(result, dict) and "text" in result else result
             text = output if isinstance(output, str) else json.dumps(output, default=str)
             text = text[:CHILD_OUTPUT_CHARS]

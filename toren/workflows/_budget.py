@@ -1,0 +1,128 @@
+"""Token and cost budgets inside a run: every paid model attempt and every child run counts.
+
+`limits.maxTokens` and `limits.maxCostUSD` bound a run (in a thread, each message's execution).
+Counted: each model call's tokens, the tokens of earlier attempts of it that were billed and
+then lost (a worker that died after the provider answered), and the usage of child runs, failed
+ones included. A run stops before a model call the remaining budget cannot cover (its prompt
+estimated from the last call's size and what was added since) or right after one that crossed
+the budget. Costs use the prices recorded in the run's spec, so a replay computes the same.
+Workflow-side code: deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from toren._types import AgentSpec, ModelCallResult, RunState
+    from toren.errors import RunError
+
+__all__ = ["Budget", "fresh_spending"]
+
+CHARS_PER_TOKEN = 4
+"""How a prompt's growth since the last call is turned into tokens for the estimate."""
+
+
+def fresh_spending() -> dict[str, float]:
+    """What an execution has spent before its first call."""
+    return {"tokens": 0, "cost_usd": 0.0, "calls": 0, "retries": 0, "last_prompt": 0}
+
+
+class Budget:
+    """Counts what a run spends and stops it at `maxTokens` or `maxCostUSD`."""
+
+    def __init__(self, run: RunState) -> None:
+        self._run = run
+        if not run.spent:
+            run.spent = fresh_spending()
+
+    def _cost(self, spec: AgentSpec, usage: dict[str, int]) -> float:
+        if not spec.prices:
+            return 0.0
+        tokens_in = int(usage.get("input_tokens", 0))
+        tokens_out = int(usage.get("output_tokens", 0))
+        return (tokens_in * spec.prices[0] + tokens_out * spec.prices[1]) / 1_000_000
+
+    def before_call(self, spec: AgentSpec, added: list[dict[str, Any]]) -> None:
+        """Stop before a call the rest of the budget cannot cover.
+
+        `added`: the messages appended since the last model call (tool results, the user's).
+        """
+        spent = self._run.spent
+        grown = sum(len(json.dumps(m, ensure_ascii=False)) for m in added) // CHARS_PER_TOKEN
+        estimate = int(spent["last_prompt"]) + grown
+        if (
+            spec.max_tokens_budget is not None
+            and spent["tokens"] + estimate > spec.max_tokens_budget
+        ):
+            raise self._exceeded(
+                f"token budget {spec.max_tokens_budget} cannot cover the next model call "
+                f"(about {estimate} tokens): {int(spent['tokens'])} used",
+            )
+        if spec.max_cost_usd is not None and spec.prices:
+            cost = spent["cost_usd"] + estimate * spec.prices[0] / 1_000_000
+            if cost > spec.max_cost_usd:
+                raise self._exceeded(
+                    f"cost budget ${spec.max_cost_usd:g} cannot cover the next model call "
+                    f"(about ${cost - spent['cost_usd']:.4f}): ${spent['cost_usd']:.4f} spent",
+                )
+
+    def after_call(self, spec: AgentSpec, reply: ModelCallResult) -> None:
+        """Count a call (and its billed earlier attempts); stop if it crossed the budget."""
+        run, spent = self._run, self._run.spent
+        usage = {
+            k: int(reply.usage.get(k, 0)) + int(reply.earlier_usage.get(k, 0))
+            for k in ("input_tokens", "output_tokens")
+        }
+        for key, value in usage.items():
+            run.usage[key] = run.usage.get(key, 0) + value
+        cost = self._cost(spec, usage)
+        run.cost_usd += cost
+        spent["tokens"] += usage["input_tokens"] + usage["output_tokens"]
+        spent["cost_usd"] += cost
+        spent["calls"] += 1
+        spent["retries"] += max(0, reply.attempt - 1)
+        spent["last_prompt"] = int(reply.usage.get("input_tokens", 0)) + int(
+            reply.usage.get("output_tokens", 0)
+        )
+        self.check(spec)
+
+    def add_child(self, usage: dict[str, Any], cost: float | None) -> None:
+        """Count a finished child run's usage (it reaches this run even when the child failed)."""
+        run, spent = self._run, self._run.spent
+        tokens = 0
+        for key in ("input_tokens", "output_tokens"):
+            value = int(usage.get(key, 0) or 0)
+            run.usage[key] = run.usage.get(key, 0) + value
+            tokens += value
+        spent["tokens"] += tokens
+        spent["cost_usd"] += cost or 0.0
+        run.cost_usd += cost or 0.0
+
+    def check(self, spec: AgentSpec) -> None:
+        """Stop the run if it has gone past a budget."""
+        spent = self._run.spent
+        if spec.max_tokens_budget is not None and spent["tokens"] > spec.max_tokens_budget:
+            raise self._exceeded(
+                f"token budget {spec.max_tokens_budget} exceeded: {int(spent['tokens'])} used"
+            )
+        if spec.max_cost_usd is not None and spent["cost_usd"] > spec.max_cost_usd:
+            raise self._exceeded(
+                f"cost budget ${spec.max_cost_usd:g} exceeded: ${spent['cost_usd']:.4f} spent"
+            )
+
+    def _exceeded(self, what: str) -> RunError:
+        spent = self._run.spent
+        calls, retries = int(spent["calls"]), int(spent["retries"])
+        return RunError(
+            f"{what}, {calls} call{'s' if calls != 1 else ''}, {retries} "
+            f"retr{'ies' if retries != 1 else 'y'}",
+            "BudgetExceeded",
+        )
+
+    def receipt(self) -> dict[str, Any]:
+        """What the run spent, for its result and failure."""
+        return {"usage": dict(self._run.usage), "cost_usd": round(self._run.cost_usd, 6)}
