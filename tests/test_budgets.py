@@ -138,7 +138,11 @@ tool = define_tool(description="Wait for the child.", handler=nap)
 """
     (parent / "tools" / "nap.py").write_text(wait)
     script = [
-        {"tool_calls": [{"id": "p1", "name": "run_process", "args": {"process": "work", "input": "go"}}]},
+        {
+            "tool_calls": [
+                {"id": "p1", "name": "run_process", "args": {"process": "work", "input": "go"}}
+            ]
+        },
         {"tool_calls": [{"id": "n1", "name": "nap", "args": {}}]},
         "done",
     ]
