@@ -142,7 +142,7 @@ async def test_400_fails_the_run_at_once(client: Client, make_agent: Callable[..
     assert [e["type"] for e in events][-3:] == ["LlmCallFailed", "Receipt", "RunFailed"]
     receipt = events[-2]
     assert (receipt["calls"], receipt["retries"]) == (0, 1)  # one attempt, none answered
-    assert (events[-2]["attempt"], events[-2]["status"]) == (1, 400)
+    assert (events[-3]["attempt"], events[-3]["status"]) == (1, 400)
 
 
 def test_an_attempt_lost_with_its_worker_keeps_the_records_before_it() -> None:
