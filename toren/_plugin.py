@@ -91,4 +91,9 @@ class TorenPlugin(SimplePlugin):
         # has one, the default sandbox, so extend it rather than keep it as it is).
         if self._runtime is not None and config.get("task_queue"):
             self._runtime.serve_on(config["task_queue"], self._agents)
+        if self._runtime is not None and self._runtime.telemetry.enabled:
+            config["interceptors"] = [
+                *(config.get("interceptors") or []),
+                *self._runtime.telemetry.interceptors(),
+            ]
         return config

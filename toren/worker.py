@@ -18,6 +18,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -26,6 +27,7 @@ from toren import _search_attributes as search_attributes
 from toren._agent import Agent
 from toren._plugin import workflow_runner
 from toren._storage import close_storage
+from toren._telemetry import Telemetry, providers_from_env
 from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
 from toren.models._base import ModelProvider
@@ -68,6 +70,7 @@ def build_workers(
             workflow_runner=workflow_runner(),
             workflow_failure_exception_types=[RunError],
             graceful_shutdown_timeout=graceful_shutdown_timeout,
+            interceptors=runtime.telemetry.interceptors(),
         )
         for queue, agents in runtime.task_queues().items()
     ]
@@ -82,11 +85,18 @@ async def serve(
     models: Mapping[str, ModelProvider] | None = None,
     model_override: str | None = None,
     graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
 ) -> AsyncIterator[AgentRuntime]:
-    """Run workers for `folders` while the block runs; yields the runtime."""
+    """Run workers for `folders` while the block runs; yields the runtime.
+
+    `tracer_provider` / `meter_provider` (OpenTelemetry's) turn on spans and metrics of model
+    and tool calls (`toren._telemetry`).
+    """
     runtime = AgentRuntime.load(
         folders, os.environ if environ is None else environ, models, model_override
     )
+    runtime.telemetry = Telemetry(tracer_provider, meter_provider)
     await _check_search_attributes(client, runtime)
     workers = build_workers(client, runtime, graceful_shutdown_timeout)
     async with contextlib.AsyncExitStack() as stack:
@@ -112,6 +122,7 @@ async def run_worker(
     from toren.connect import connect as default_connect
 
     runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
+    runtime.telemetry = Telemetry(*providers_from_env())
     client = client or await (connect or default_connect)()
     await _check_search_attributes(client, runtime)
     workers = build_workers(client, runtime)
@@ -138,5 +149,6 @@ async def run_worker(
             raise task.exception()  # type: ignore[misc]
     log.info("shutting down: in-flight calls get %s to finish", GRACEFUL_SHUTDOWN)
     await asyncio.gather(*(w.shutdown() for w in workers))
+    runtime.telemetry.flush()
     await close_storage(client.data_converter)
     stopper.cancel()

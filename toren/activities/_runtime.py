@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ from toren._agent import Agent, load_agent, process_specs
 from toren._attempts import carried, usage_of, with_failure, with_usage
 from toren._limits import cut_message
 from toren._prices import prices_for
-from toren._redact import MIN_SECRET_CHARS
+from toren._redact import MIN_SECRET_CHARS, Redactor
+from toren._telemetry import CallSpan, Telemetry
 from toren._tool import Tool
 from toren._transcript import TranscriptCache, tool_message
 from toren._types import (
@@ -43,7 +44,7 @@ from toren.activities._tool_call import (
     validation_text,
 )
 from toren.errors import ConfigError
-from toren.models import ModelHTTPError, ModelProvider, ModelRequest, provider_for
+from toren.models import ModelHTTPError, ModelProvider, ModelReply, ModelRequest, provider_for
 from toren.models._hosted import hosted_tool_problems
 
 __all__ = ["AgentRuntime"]
@@ -60,6 +61,8 @@ class AgentRuntime:
     def __init__(self, agents: Sequence[LoadedAgent]) -> None:
         self.agents: dict[str, LoadedAgent] = {a.agent.name: a for a in agents}
         self.transcripts = TranscriptCache()
+        self.telemetry = Telemetry()
+        """Spans and metrics of model and tool calls; set by the worker when configured."""
         self.search_attributes: list[str] = []
         """toren's search attributes the namespace has; set by the worker at start."""
         self.queues: dict[str, set[str]] = {}
@@ -211,6 +214,7 @@ class AgentRuntime:
         check = ApprovalCheck(gated=True, call_id=call_id, tool=tool)
         if t.approval_kind == "always":
             check.reason = "approval: always"
+            self.telemetry.approval_requested(agent, tool)
             return check
         try:
             check.gated = t.needs_approval(args)
@@ -226,6 +230,8 @@ class AgentRuntime:
                 loaded.redactor().text(repr(err)),
             )
             check.reason = f"its approval predicate raised {type(err).__name__}"
+        if check.gated and not check.error:
+            self.telemetry.approval_requested(agent, tool)
         return check
 
     # -- the model ---------------------------------------------------------------------------
@@ -257,42 +263,24 @@ class AgentRuntime:
         redactor = loaded.redactor()
         limits = loaded.agent.config.limits
         budgeted = limits.max_tokens is not None or limits.max_cost_usd is not None
-        async with _heartbeating() as beats:
-            try:
-                reply = await loaded.provider.complete(request)
-            except ModelHTTPError as err:
-                text = redactor.text(str(err))
-                failed = with_failure(earlier, info.attempt, err.status, text)
-                activity.heartbeat(failed)
-                raise ApplicationError(
-                    text,
-                    failed,
-                    type="ModelHTTPError",
-                    non_retryable=not err.retryable,
-                    next_retry_delay=(
-                        timedelta(seconds=err.retry_after) if err.retry_after else None
-                    ),
-                ) from None
-            except asyncio.CancelledError:
-                raise
-            except ApplicationError as err:
-                raise redactor.failure(err) from None
-            except Exception as err:
-                # Not an HTTP failure (those are ModelHTTPError): a bug in a provider or a
-                # scripted step; retrying would only repeat it. No cause: Temporal would record
-                # its text unredacted.
-                text = redactor.text(f"{type(err).__name__}: {err}")
-                raise ApplicationError(
-                    text,
-                    with_failure(earlier, info.attempt, None, text),
-                    type="ModelProviderError",
-                    non_retryable=True,
-                ) from None
-            if budgeted and reply.usage:
-                # Paid for now: if this attempt dies before its result is recorded, the next
-                # one still counts these tokens (one heartbeat, only for budgeted agents).
-                beats[:] = [with_usage(earlier, info.attempt, reply.usage)]
-                activity.heartbeat(*beats)
+        span = self.telemetry.model_call(
+            loaded.agent.name,
+            input.model,
+            input.run_key.rpartition("/")[0],
+            input.step,
+            info.attempt,
+            request.max_tokens,
+        )
+        with span as call, _failed_in(call, redactor):
+            async with _heartbeating() as beats:
+                reply = await self._complete(loaded, request, earlier, redactor)
+                if budgeted and reply.usage:
+                    # Paid for now: if this attempt dies before its result is recorded, the
+                    # next one still counts these tokens (one heartbeat, budgeted agents only).
+                    beats[:] = [with_usage(earlier, info.attempt, reply.usage)]
+                    activity.heartbeat(*beats)
+            call.usage(reply.usage, reply.finish_reason)
+            call.content("gen_ai.output.text", reply.content, redactor)
         # A model may repeat a secret it was given (in a prompt, say): its reply is redacted too.
         message = cut_message(redactor.value(reply.message()))
         self.transcripts.store(input.run_key, [*messages, message])
@@ -305,6 +293,44 @@ class AgentRuntime:
             attempt=info.attempt,
         )
 
+    async def _complete(
+        self,
+        loaded: LoadedAgent,
+        request: ModelRequest,
+        earlier: list[dict[str, Any]],
+        redactor: Redactor,
+    ) -> ModelReply:
+        """The provider's reply; its failure as the `ApplicationError` Temporal retries (or not)."""
+        info = activity.info()
+        try:
+            return await loaded.provider.complete(request)
+        except ModelHTTPError as err:
+            text = redactor.text(str(err))
+            failed = with_failure(earlier, info.attempt, err.status, text)
+            activity.heartbeat(failed)
+            raise ApplicationError(
+                text,
+                failed,
+                type="ModelHTTPError",
+                non_retryable=not err.retryable,
+                next_retry_delay=(timedelta(seconds=err.retry_after) if err.retry_after else None),
+            ) from None
+        except asyncio.CancelledError:
+            raise
+        except ApplicationError as err:
+            raise redactor.failure(err) from None
+        except Exception as err:
+            # Not an HTTP failure (those are ModelHTTPError): a bug in a provider or a
+            # scripted step; retrying would only repeat it. No cause: Temporal would record
+            # its text unredacted.
+            text = redactor.text(f"{type(err).__name__}: {err}")
+            raise ApplicationError(
+                text,
+                with_failure(earlier, info.attempt, None, text),
+                type="ModelProviderError",
+                non_retryable=True,
+            ) from None
+
     async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]:
         return (await read_transcript(run_key))[:count]
 
@@ -314,10 +340,23 @@ class AgentRuntime:
         name = f"{loaded.agent.name}.{tool.name}"
         cache = self.transcripts
 
+        telemetry = self.telemetry
+
         @activity.defn(name=name)
         async def run_tool(input: ToolCallInput) -> ToolCallResult:
-            async with _heartbeating():
-                result = await run_tool_call(loaded, tool, input)
+            info = activity.info()
+            span = telemetry.tool_call(
+                loaded.agent.name,
+                tool.name or "",
+                input.call_id,
+                info.workflow_id or "",
+                info.attempt,
+            )
+            with span as call, _failed_in(call, loaded.redactor()):
+                async with _heartbeating():
+                    result = await run_tool_call(loaded, tool, input)
+                call.error_result(result.is_error)
+                call.content("gen_ai.tool.call.result", result.content, loaded.redactor())
             cache.put_tool_result(
                 input.run_key,
                 input.call_id,
@@ -326,6 +365,16 @@ class AgentRuntime:
             return result
 
         return run_tool
+
+
+@contextlib.contextmanager
+def _failed_in(call: CallSpan, redactor: Redactor) -> Iterator[None]:
+    """Mark `call`'s span failed, with a redacted message, when the attempt raises."""
+    try:
+        yield
+    except BaseException as err:
+        call.failed(f"{type(err).__name__}: {err}", redactor)
+        raise
 
 
 def _declaration(tool: Tool) -> dict[str, Any]:
