@@ -64,7 +64,12 @@ def providers() -> tuple[InMemorySpanExporter, TracerProvider, InMemoryMetricRea
 
 
 async def run_traced(
-    dev_server: DevServer, folder: Path, tracer: TracerProvider, meters: MeterProvider, token: str
+    dev_server: DevServer,
+    folder: Path,
+    tracer: TracerProvider,
+    meters: MeterProvider,
+    token: str,
+    prompt: str | None = None,
 ) -> str:
     # The client carries the interceptor too, so the run's trace starts where it is started.
     traced = await connect(
@@ -77,7 +82,7 @@ async def run_traced(
         traced, [folder], models={"mock/scripted": model}, tracer_provider=tracer,
         meter_provider=meters,
     ):  # fmt: skip
-        handle = await toren_client.start_run(traced, folder.name, "go: " + token)
+        handle = await toren_client.start_run(traced, folder.name, prompt or "go: " + token)
         await toren_client.wait_for_approval(traced, handle.id, timeout=30)
         await toren_client.approve(traced, handle.id, "g1", by="ops")
         await handle.result()
@@ -89,7 +94,7 @@ async def test_spans_per_call_in_the_runs_trace_with_no_content_and_none_on_repl
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.delenv(CAPTURE_VAR, raising=False)
-    token = secret("otel-tok-5d4c3b2a19")
+    token = "otel-content-5d4c3b2a19"  # content, not a secret: it is in history by design
     folder = make_agent(tools={"echo": ECHO, "gated": GATED})
     spans, tracer, reader, meters = providers()
     run_id = await run_traced(dev_server, folder, tracer, meters, token)
@@ -151,7 +156,7 @@ async def test_content_only_when_asked_and_redacted(
     folder = make_agent(tools={"echo": ECHO, "gated": GATED}, env={"required": ["OTEL_TEST_TOKEN"]})
     spans, tracer, _, meters = providers()
     token = os.environ["OTEL_TEST_TOKEN"]
-    await run_traced(dev_server, folder, tracer, meters, token)
+    await run_traced(dev_server, folder, tracer, meters, token, prompt="go")
     results = [
         (s.attributes or {}).get("gen_ai.tool.call.result") for s in spans.get_finished_spans()
     ]
