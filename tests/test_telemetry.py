@@ -149,14 +149,18 @@ async def test_spans_per_call_in_the_runs_trace_with_no_content_and_none_on_repl
 
 
 async def test_content_only_when_asked_and_redacted(
-    make_agent: Callable[..., Path], dev_server: DevServer, monkeypatch: pytest.MonkeyPatch
+    client: Client,
+    make_agent: Callable[..., Path],
+    dev_server: DevServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(CAPTURE_VAR, "true")
     monkeypatch.setenv("OTEL_TEST_TOKEN", secret("otel-cap-1a2b3c4d5e"))
     folder = make_agent(tools={"echo": ECHO, "gated": GATED}, env={"required": ["OTEL_TEST_TOKEN"]})
     spans, tracer, _, meters = providers()
     token = os.environ["OTEL_TEST_TOKEN"]
-    await run_traced(dev_server, folder, tracer, meters, token, prompt="go")
+    run_id = await run_traced(dev_server, folder, tracer, meters, token, prompt="go")
+    await fetch_history(client, run_id)  # searched for the secret with every other history
     results = [
         (s.attributes or {}).get("gen_ai.tool.call.result") for s in spans.get_finished_spans()
     ]
