@@ -342,8 +342,10 @@ async def test_events_render_the_run(client: Client, make_agent: Callable[..., P
         "ToolCallCompleted",
         "LlmCallStarted",
         "LlmCallCompleted",
+        "Receipt",
         "RunCompleted",
     ]
+    assert (events[-2]["calls"], events[-2]["retries"]) == (2, 0)
     started = events[3]
     assert started["tool"] == "echo"
     assert started["args"] == {"text": "hi"}
