@@ -778,3 +778,49 @@ def test_sse_parser_follows_the_standard() -> None:
         ServerSentEvent("message", ""),
         ServerSentEvent("message", "{}"),
     ]
+
+
+async def test_a_body_that_is_no_reply_never_shows_the_key() -> None:
+    # A compatible server answering 200 with an error object, though asked to stream.
+    body = {"error": {"message": f"bad key {KEY}"}}
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=body))
+    with pytest.raises(ModelHTTPError, match="not a chat completion") as caught:
+        await make("openai", transport=transport).complete(ask(Deltas()))
+    assert caught.value.retryable is True
+    assert KEY not in str(caught.value) and "[redacted]" in str(caught.value)
+
+
+async def test_anthropic_paused_turn_streams_on_and_numbers_calls_across_both_parts() -> None:
+    def use(index: int, call_id: str, city: str) -> list[bytes]:
+        return [
+            an_block(
+                index, {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {}}
+            ),
+            an_json(index, json.dumps({"city": city})),
+            an_stop(index),
+        ]
+
+    parts = [
+        [an_start(), an_block(0, {"type": "text", "text": "One."}), an_stop(0),
+         *use(1, "toolu_a", "Paris"), *an_end("pause_turn")],
+        [an_start(), an_block(0, {"type": "text", "text": ""}), an_text(0, " Two."), an_stop(0),
+         *use(1, "toolu_b", "Oslo"), *an_end("tool_use")],
+    ]  # fmt: skip
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        stream = b"".join(parts[len(bodies) - 1])
+        return httpx.Response(200, content=stream, headers={"content-type": "text/event-stream"})
+
+    deltas = Deltas()
+    model = make("anthropic", transport=httpx.MockTransport(answer))
+    reply = await model.complete(ask(deltas, True))
+    assert len(bodies) == 2 and all(b["stream"] for b in bodies)
+    assert deltas.text == reply.content == "One. Two."
+    assert [(d["index"], d["id"]) for d in deltas.calls] == [
+        (0, "toolu_a"), (0, None), (1, "toolu_b"), (1, None)
+    ]  # fmt: skip
+    assert [c["id"] for c in reply.tool_calls] == ["toolu_a", "toolu_b"]
+    assert reply.finish_reason == "tool_calls"
+    assert reply.usage == {"input_tokens": 50, "output_tokens": 30}

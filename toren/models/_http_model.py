@@ -181,9 +181,9 @@ class HTTPModel:
             return build()
         except PARSE_ERRORS as exc:
             # A body of the wrong shape is most often a proxy's hiccup: retryable (status None).
-            raise ModelHTTPError(
-                f"{self.label} sent a reply that is not a {self.reply_kind} ({exc!r})"
-            ) from None
+            # The exception can quote the body, which can quote the key: redact it.
+            text = f"{self.label} sent a reply that is not a {self.reply_kind} ({exc!r})"
+            raise ModelHTTPError(redactor([self.api_key]).text(text)) from None
 
     def headers(self) -> dict[str, str]:
         """The headers of every request (auth, API version)."""
