@@ -1,6 +1,7 @@
 """The one HTTP layer: post JSON, classify what came back, never retry.
 
-The model providers and `web_search` call their services through `post_json`. It builds the
+The model providers and `web_search` call their services through `post_json` (or `post_stream`,
+for a reply that streams). It builds the
 httpx client (the caller's transport and timeout), sends one request and either returns the
 decoded JSON of a 2xx reply or raises `HTTPFailure` with the error text built and redacted here,
 once. Each caller maps the failure to its own outcome (a `ModelHTTPError`, a retryable
@@ -19,7 +20,8 @@ none either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
@@ -34,6 +36,7 @@ __all__ = [
     "HTTPFailure",
     "error_message",
     "post_json",
+    "post_stream",
     "retry_after",
     "retryable_status",
 ]
@@ -133,14 +136,7 @@ async def post_json(
         ) from None
     status = response.status_code
     if not response.is_success:
-        text = _detail(response, detail or error_message)
-        raise HTTPFailure(
-            f"{label} returned HTTP {status}: {text}",
-            "status",
-            secret=secret,
-            status=status,
-            retry_after=retry_after(response.headers),
-        )
+        raise _status_failure(label, response, secret, detail)
     try:
         return response.json()
     except ValueError:
@@ -149,6 +145,61 @@ async def post_json(
             f"{label} returned HTTP {status} with a body that is not JSON: {snippet!r}",
             "not_json",
             secret=secret,
+        ) from None
+
+
+@asynccontextmanager
+async def post_stream(
+    label: str,
+    url: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    *,
+    secret: str,
+    transport: httpx.AsyncBaseTransport | None,
+    timeout: float,
+    detail: Callable[[Any], str | None] | None = None,
+) -> AsyncIterator[httpx.Response]:
+    """POST `body` as JSON and read a 2xx reply as it arrives (a stream), without retrying.
+
+    ```python
+    async with post_stream("OpenAI", url, body, headers, secret=key, transport=None,
+                           timeout=120) as response:
+        async for line in response.aiter_lines():
+            ...
+    ```
+
+    The arguments are `post_json`'s, and so are the failures before the reply's body starts: a
+    bad URL, an unreachable server, an error status (its body read whole, `Retry-After` kept).
+    `timeout` bounds every read, so a stream that stalls ends in a timeout too.
+
+    Yields:
+        The 2xx response, its body not read yet: read it inside the block (`aiter_lines()`), so
+        that a read failing mid-way raises `HTTPFailure` too.
+
+    Raises:
+        HTTPFailure: as `post_json`; a connection lost or a read timed out mid-stream is
+            `unreachable` (retryable), and its message says it happened mid-stream.
+    """
+    started = False
+    try:
+        async with (
+            httpx.AsyncClient(transport=transport, timeout=timeout) as client,
+            client.stream("POST", url, json=body, headers=dict(headers)) as response,
+        ):
+            if not response.is_success:
+                await response.aread()
+                raise _status_failure(label, response, secret, detail)
+            started = True
+            yield response
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise HTTPFailure(f"{label}: cannot call {url!r}: {exc}", "url", secret=secret) from None
+    except httpx.HTTPError as exc:
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
+        if started:
+            kind = "timed out mid-stream" if kind == "timed out" else "broke off mid-stream"
+        raise HTTPFailure(
+            f"{label} {kind}: {type(exc).__name__}: {exc}", "unreachable", secret=secret
         ) from None
 
 
@@ -195,6 +246,22 @@ def error_message(data: Any) -> str | None:
     if isinstance(data.get("message"), str) and data["message"]:
         return str(data["message"])[:DETAIL_CHARS]
     return None
+
+
+def _status_failure(
+    label: str,
+    response: httpx.Response,
+    secret: str,
+    detail: Callable[[Any], str | None] | None,
+) -> HTTPFailure:
+    status = response.status_code
+    return HTTPFailure(
+        f"{label} returned HTTP {status}: {_detail(response, detail or error_message)}",
+        "status",
+        secret=secret,
+        status=status,
+        retry_after=retry_after(response.headers),
+    )
 
 
 def _detail(response: httpx.Response, pick: Callable[[Any], str | None]) -> str:

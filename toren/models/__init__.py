@@ -3,6 +3,8 @@
 ```python
 provider = provider_for("openai/gpt-4o-mini", env, folder)   # OPENAI_BASE_URL is honoured
 reply = await provider.complete(ModelRequest(model="gpt-4o-mini", system="...", messages=[...]))
+# on_delta: the reply streams (OpenAI, Anthropic), each piece passed on as it arrives
+reply = await provider.complete(ModelRequest(..., on_delta=lambda delta: print(delta)))
 ```
 """
 

@@ -9,15 +9,20 @@ A tool Anthropic runs itself (`execution_mode="provider"`, e.g. web search) is s
 server-tool declaration. Its `server_tool_use` and `*_tool_result` blocks come back inside the
 reply: the message keeps the reply's blocks verbatim (`provider_content`), which go back as the
 assistant turn of the next request as the API requires, and a readable `provider_calls` list.
+
+A request with `on_delta` streams (`"stream": true`); `toren.models._anthropic_stream` reads the
+events.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 from toren._types import CUT_AT_MAX_TOKENS
+from toren.models._anthropic_stream import AnthropicStream
 from toren.models._base import Message, ModelReply, ModelRequest, arguments_object
 from toren.models._hosted import hosted_declaration
 from toren.models._http_model import HTTPModel
@@ -49,6 +54,8 @@ class AnthropicModel(HTTPModel):
     default_base_url = DEFAULT_BASE_URL
     path = "/v1/messages"
     reply_kind = "message"
+    stream_fields = {"stream": True}
+    stream_end = "`message_stop` event"
 
     def headers(self) -> dict[str, str]:
         """`Accept`, the key and the API version."""
@@ -71,9 +78,16 @@ class AnthropicModel(HTTPModel):
             if reply.finish_reason != "pause_turn":
                 break
             paused = [*request.messages, reply.message()]
-            more = await super().complete(dataclasses.replace(request, messages=paused))
+            on_delta = _shifted(request.on_delta, len(reply.tool_calls))
+            more = await super().complete(
+                dataclasses.replace(request, messages=paused, on_delta=on_delta)
+            )
             reply = _joined(reply, more)
         return reply
+
+    def stream_reader(self) -> AnthropicStream:
+        """A reader for one streamed message."""
+        return AnthropicStream()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API JSON body for `request`.
@@ -229,6 +243,22 @@ def _joined(first: ModelReply, then: ModelReply) -> ModelReply:
         provider_calls=hosted,
         provider_content={"anthropic": blocks} if hosted else None,
     )
+
+
+def _shifted(
+    on_delta: Callable[[dict[str, Any]], None] | None, calls: int
+) -> Callable[[dict[str, Any]], None] | None:
+    """`on_delta` for a continuation: its tool calls follow the `calls` already made."""
+    if on_delta is None or not calls:
+        return on_delta
+    sink = on_delta
+
+    def shifted(delta: dict[str, Any]) -> None:
+        if delta.get("type") == "tool_call_delta":
+            delta = {**delta, "index": delta["index"] + calls}
+        sink(delta)
+
+    return shifted
 
 
 def _blocks_of(reply: ModelReply) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ retry: they raise `ModelHTTPError` and Temporal's retry policy decides.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +55,17 @@ class ModelRequest:
     """Upper bound on tokens in the reply."""
     settings: dict[str, Any] = field(default_factory=dict)
     """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`."""
+    on_delta: Callable[[dict[str, Any]], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """Called with each piece of the reply as it streams in, when set; never serialised.
+
+    A provider that can stream then asks for the reply as server-sent events and calls it
+    synchronously, in order, with `{"type": "text_delta", "text": fragment}` per piece of text
+    and `{"type": "tool_call_delta", "index": i, "id": id, "name": name, "arguments": fragment}`
+    per piece of a tool call's arguments (`index` is the call's place in `ModelReply.tool_calls`;
+    `id` and `name` are set on the first delta of a call, None after). It still returns the
+    whole `ModelReply`; the text deltas joined are its `content`. `None`: no streaming."""
 
 
 @dataclass

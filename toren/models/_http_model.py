@@ -4,18 +4,53 @@ A provider subclasses `HTTPModel` and supplies only its wire format: the path, t
 request body and the reply parser. The call itself, the error text and its classification are
 `toren._http`'s; a failure becomes a `ModelHTTPError` and Temporal's retry policy decides what
 happens next (the provider never retries).
+
+A request with `on_delta` set streams: the body gains the provider's `stream_fields`, the reply
+is read as server-sent events (`toren.models._sse`) by the provider's `StreamReader`, each delta
+goes to `on_delta` as it arrives, and the reader's events, assembled into the body the
+non-streaming API would have sent, go through the same `parse_reply`. A stream that ends before
+its end, or holds an event the reader cannot read, raises a retryable `ModelHTTPError`: never a
+half-built reply (Temporal retries the call; a new attempt streams the reply again).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from contextlib import aclosing
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
-from toren._http import HTTPFailure, post_json
+from toren._http import HTTPFailure, post_json, post_stream
+from toren._redact import redactor
 from toren.models._base import ModelHTTPError, ModelReply, ModelRequest
+from toren.models._sse import ServerSentEvent, StreamError, events
 
-__all__ = ["HTTPModel"]
+__all__ = ["HTTPModel", "StreamReader"]
+
+Delta = dict[str, Any]
+PARSE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
+"""What a parser raises on a body or an event of the wrong shape."""
+
+
+class StreamReader(Protocol):
+    """Reads one streamed reply, event by event (a provider's `stream_reader` makes one)."""
+
+    done: bool
+    """Whether the event that ends the stream has come."""
+
+    def feed(self, event: ServerSentEvent) -> list[Delta]:
+        """Take the next event; return the deltas it carries, for `on_delta`.
+
+        Raises:
+            StreamError: An `error` event, or one the reader cannot ignore safely.
+            ValueError: An event of the wrong shape (also KeyError, TypeError and friends).
+        """
+        ...
+
+    def reply(self, parse: Callable[[Any], ModelReply]) -> ModelReply:
+        """The whole reply, once `done`: the events assembled into a body, through `parse`."""
+        ...
 
 
 class HTTPModel:
@@ -37,6 +72,10 @@ class HTTPModel:
     """Where requests go, below `base_url`."""
     reply_kind: ClassVar[str]
     """What a reply is called in the API's docs, for the error on one that is not."""
+    stream_fields: ClassVar[dict[str, Any]]
+    """What a request body gains to ask for a streamed reply."""
+    stream_end: ClassVar[str]
+    """The event that ends a stream, for the error on a stream cut off before it."""
 
     def __init__(
         self,
@@ -74,6 +113,8 @@ class HTTPModel:
                 sent a reply the provider cannot read; `retryable` says whether to try again.
             ValueError: The transcript holds something the provider's format cannot carry.
         """
+        if request.on_delta is not None:
+            return await self._streamed(request, request.on_delta)
         try:
             data = await post_json(
                 self.label,
@@ -85,19 +126,64 @@ class HTTPModel:
                 timeout=self.timeout,
             )
         except HTTPFailure as failure:
-            raise ModelHTTPError(
-                str(failure),
-                status=failure.status,
-                retry_after=failure.retry_after,
-                retryable=failure.retryable,
-            ) from None
+            raise _model_error(failure) from None
+        return self._parsed(lambda: self.parse_reply(data, request.model))
+
+    async def _streamed(
+        self, request: ModelRequest, on_delta: Callable[[Delta], None]
+    ) -> ModelReply:
+        body = {**self.request_body(request), **self.stream_fields}
+        headers = {**self.headers(), "Accept": "text/event-stream"}
+        reader = self.stream_reader()
         try:
-            return self.parse_reply(data, request.model)
-        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            async with post_stream(
+                self.label,
+                f"{self.base_url}{self.path}",
+                body,
+                headers,
+                secret=self.api_key,
+                transport=self.transport,
+                timeout=self.timeout,
+            ) as response:
+                if "json" in response.headers.get("content-type", ""):
+                    # A compatible server that does not stream answers as if not asked to.
+                    data = await _json(response)
+                    reply = self._parsed(lambda: self.parse_reply(data, request.model))
+                    return _replayed(reply, on_delta)
+                async with aclosing(events(response.aiter_lines())) as stream:
+                    async for event in stream:
+                        try:
+                            deltas = reader.feed(event)
+                        except PARSE_ERRORS as exc:
+                            raise StreamError(
+                                f"sent a {event.event!r} event that is not part of a streamed "
+                                f"{self.reply_kind} ({exc!r})"
+                            ) from None
+                        # Outside the `try`: what `on_delta` raises is the caller's own error.
+                        for delta in deltas:
+                            on_delta(delta)
+                        if reader.done:
+                            break
+                    else:
+                        raise StreamError(f"ended the stream before its end (no {self.stream_end})")
+        except HTTPFailure as failure:
+            raise _model_error(failure) from None
+        except StreamError as exc:
+            # Retryable (status None): a stream cut short or garbled is most often a hiccup. The
+            # text can quote the server (an `error` event, a data line): redact the key.
+            raise ModelHTTPError(redactor([self.api_key]).text(f"{self.label} {exc}")) from None
+        return self._parsed(
+            lambda: reader.reply(lambda body: self.parse_reply(body, request.model))
+        )
+
+    def _parsed(self, build: Callable[[], ModelReply]) -> ModelReply:
+        try:
+            return build()
+        except PARSE_ERRORS as exc:
             # A body of the wrong shape is most often a proxy's hiccup: retryable (status None).
-            raise ModelHTTPError(
-                f"{self.label} sent a reply that is not a {self.reply_kind} ({exc!r})"
-            ) from None
+            # The exception can quote the body, which can quote the key: redact it.
+            text = f"{self.label} sent a reply that is not a {self.reply_kind} ({exc!r})"
+            raise ModelHTTPError(redactor([self.api_key]).text(text)) from None
 
     def headers(self) -> dict[str, str]:
         """The headers of every request (auth, API version)."""
@@ -110,3 +196,39 @@ class HTTPModel:
     def parse_reply(self, data: Any, model: str) -> ModelReply:
         """Turn a decoded reply into a `ModelReply`; raise (KeyError, ValueError…) if it is none."""
         raise NotImplementedError
+
+    def stream_reader(self) -> StreamReader:
+        """A reader for one streamed reply."""
+        raise NotImplementedError
+
+
+def _model_error(failure: HTTPFailure) -> ModelHTTPError:
+    return ModelHTTPError(
+        str(failure),
+        status=failure.status,
+        retry_after=failure.retry_after,
+        retryable=failure.retryable,
+    )
+
+
+async def _json(response: httpx.Response) -> Any:
+    await response.aread()
+    try:
+        return response.json()
+    except ValueError:
+        raise StreamError(
+            f"returned HTTP {response.status_code} with a body that is not JSON: "
+            f"{response.text[:300]!r}"
+        ) from None
+
+
+def _replayed(reply: ModelReply, on_delta: Callable[[Delta], None]) -> ModelReply:
+    """`reply`, its text and each tool call given to `on_delta` whole, as one delta each."""
+    if reply.content:
+        on_delta({"type": "text_delta", "text": reply.content})
+    for index, call in enumerate(reply.tool_calls):
+        on_delta(
+            {"type": "tool_call_delta", "index": index, "id": call["id"], "name": call["name"],
+             "arguments": call["arguments"]}
+        )  # fmt: skip
+    return reply
