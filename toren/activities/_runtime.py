@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,8 @@ from temporalio.exceptions import ApplicationError
 from toren._agent import Agent, load_agent, process_specs
 from toren._attempts import carried, with_failure
 from toren._limits import cut_message
-from toren._redact import MIN_SECRET_CHARS
+from toren._live import ActivityStream, current_stream
+from toren._redact import MIN_SECRET_CHARS, Redactor
 from toren._tool import Tool
 from toren._transcript import TranscriptCache, tool_message
 from toren._types import (
@@ -234,9 +235,15 @@ class AgentRuntime:
         # The failures of this call's earlier attempts, so history keeps every one (_attempts).
         earlier = carried(info.heartbeat_details)
         redactor = loaded.redactor()
-        async with _heartbeating():
+        live = _live_stream(loaded, input.step, redactor)
+        async with _heartbeating(), live or contextlib.nullcontext():
+            if live is not None:
+                request.on_delta = live.delta
+                _announce_retry(live, earlier)
             try:
                 reply = await loaded.provider.complete(request)
+                if live is not None:
+                    live.calls_done()
             except ModelHTTPError as err:
                 text = redactor.text(str(err))
                 failed = with_failure(earlier, info.attempt, err.status, text)
@@ -283,8 +290,15 @@ class AgentRuntime:
 
         @activity.defn(name=name)
         async def run_tool(input: ToolCallInput) -> ToolCallResult:
-            async with _heartbeating():
-                result = await run_tool_call(loaded, tool, input)
+            live = _live_stream(loaded, input.step, loaded.redactor(), call_id=input.call_id)
+            async with _heartbeating(), live or contextlib.nullcontext():
+                token = current_stream.set(live)
+                try:
+                    if live is not None:
+                        _announce_retry(live, [])
+                    result = await run_tool_call(loaded, tool, input)
+                finally:
+                    current_stream.reset(token)
             cache.put_tool_result(
                 input.run_key,
                 input.call_id,
@@ -293,6 +307,50 @@ class AgentRuntime:
             return result
 
         return run_tool
+
+
+def _live_stream(
+    loaded: LoadedAgent, step: int, redactor: Redactor, call_id: str | None = None
+) -> ActivityStream | None:
+    """The run's live stream for this activity, or `None` (agent.yaml `stream: false`)."""
+    config = loaded.agent.config.stream
+    if not config.enabled or activity.info().is_local:
+        return None
+    progress = {
+        t.name: t.progress_argument for t in loaded.agent.tools.values() if t.progress_argument
+    }
+    return ActivityStream(
+        step=step,
+        redactor=redactor,
+        batch_ms=config.batch_ms,
+        call_id=call_id,
+        progress_arguments=progress,
+    )
+
+
+def _announce_retry(live: ActivityStream, earlier: list[dict[str, Any]]) -> None:
+    """As a retry starts: what the earlier attempts published is superseded, and why."""
+    info = activity.info()
+    for attempt in range(1, info.attempt):
+        live.publish({**live.base("superseded"), "attempt": attempt})
+    if info.attempt <= 1 or live.call_id is not None:
+        return
+    last = earlier[-1] if earlier else {}
+    delay = None
+    if last.get("at"):
+        with contextlib.suppress(ValueError):
+            failed_at = datetime.fromisoformat(str(last["at"]).replace("Z", "+00:00"))
+            delay = round((info.current_attempt_scheduled_time - failed_at).total_seconds(), 3)
+    policy = info.retry_policy
+    live.publish(
+        {
+            **live.base("model_retry"),
+            "max_attempts": policy.maximum_attempts if policy else None,
+            "reason": str(last.get("error") or "the worker running it stopped"),
+            "status": last.get("status"),
+            "delay_s": delay,
+        }
+    )
 
 
 def _declaration(tool: Tool) -> dict[str, Any]:

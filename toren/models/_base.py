@@ -21,6 +21,7 @@ retry: they raise `ModelHTTPError` and Temporal's retry policy decides.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +55,10 @@ class ModelRequest:
     """Upper bound on tokens in the reply."""
     settings: dict[str, Any] = field(default_factory=dict)
     """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`."""
+    on_delta: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False, compare=False)
+    """Called synchronously with each piece of the reply as it streams:
+    `{"type": "text_delta", "text"}` or `{"type": "tool_call_delta", "index", "id", "name",
+    "arguments"}`; the provider still returns the whole reply."""
 
 
 @dataclass

@@ -1,0 +1,280 @@
+"""Live output of a run: the items toren publishes on its workflow stream, and who publishes them.
+
+Each `AgentRun` and `AgentThread` hosts one `temporalio.contrib.workflow_streams` stream with one
+topic, `"toren"`. Every item is a JSON object with `type`, `run_id` (the workflow id) and
+`step`; items of one model or tool attempt carry `attempt`, items of one tool call `call_id`:
+
+| type | published by | other keys |
+|---|---|---|
+| `text_delta` | model activity, while the model writes | `attempt`, `text` |
+| `tool_call_delta` | model activity | `attempt`, `index`, `id`, `name`, `arguments` (a fragment) |
+| `tool_call_started` | model activity once the tool's `progress_argument` is whole; else the workflow as it starts the call | `call_id`, `name`, `progress` (that argument's value, or null) |
+| `tool_progress` | tool activity, at each `ctx.emit` | `call_id`, `attempt`, `name`, `event`, `data` |
+| `approval_requested` | workflow | `call_id`, `name`, `args`, `reason`, `expires_at` |
+| `approval_decided` | workflow | `call_id`, `name`, `approved`, `by`, `comment` |
+| `tool_call_completed` | workflow | `call_id`, `name`, `is_error` |
+| `model_retry` | model activity, as a retry attempt starts | `attempt`, `max_attempts`, `reason`, `status`, `delay_s` (the wait before this attempt) |
+| `superseded` | model or tool activity, as a retry attempt starts | `attempt` (the earlier attempt whose items to drop), `call_id` for a tool |
+| `message_received` | thread, as a message's execution starts | `message_id`, `content` |
+| `message_completed` | thread | `message_id`, `status`, `text` or `error` |
+| `run_completed` | `AgentRun` | `text`, `steps`, `tool_calls` |
+| `run_failed` | `AgentRun` | `error`, `kind` |
+
+Deltas are batched (agent.yaml `stream: {batchMs: 200}`), redacted with the agent's redactor
+(text is held back by a secret's length, so a secret split across deltas is caught whole),
+and never enter the activity's result: history and replay stay as they are without streams.
+`stream: false` publishes nothing from activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import re
+from datetime import timedelta
+from typing import Any
+
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+
+from toren._redact import Redactor
+
+__all__ = [
+    "CARRY_BYTES",
+    "TOPIC",
+    "ActivityStream",
+    "carried_stream",
+    "current_stream",
+    "stream_state_json",
+]
+
+TOPIC = "toren"
+"""The one topic toren publishes on."""
+CARRY_BYTES = 256_000
+"""Stream items carried across continue-as-new (the newest, up to this many encoded bytes)."""
+
+log = logging.getLogger("toren")
+
+current_stream: contextvars.ContextVar[ActivityStream | None] = contextvars.ContextVar(
+    "toren_stream", default=None
+)
+"""The stream of the activity running in this context (`ctx.emit` publishes on it)."""
+
+Item = dict[str, Any]
+
+
+class ActivityStream:
+    """Publishes an activity's items to its run's stream, in batches, redacted.
+
+    ```python
+    async with ActivityStream(step=3, redact=redactor.text, batch_ms=200) as live:
+        live.delta({"type": "text_delta", "text": "Hel"})   # sync: a provider's callback
+        live.publish({"type": "tool_progress", ...})
+    ```
+
+    Publishing never fails the activity: a stream error is logged and the rest is dropped.
+    """
+
+    def __init__(
+        self,
+        *,
+        step: int,
+        redactor: Redactor,
+        batch_ms: int = 200,
+        call_id: str | None = None,
+        progress_arguments: dict[str, str] | None = None,
+    ) -> None:
+        from temporalio import activity
+
+        info = activity.info()
+        self.run_id = info.workflow_id or ""
+        self.attempt = info.attempt
+        self.step = step
+        self.call_id = call_id
+        self._redactor = redactor
+        self._hold = max(0, redactor.longest - 1)
+        self._every = batch_ms / 1000
+        self._pending: list[Item] = []
+        self._text = ""
+        """Text not yet published (held back while a secret could still be completing)."""
+        self._progress_arguments = progress_arguments or {}
+        """Tool name → its `progress_argument`, for `tool_call_started` while arguments stream."""
+        self._calls: dict[int, dict[str, Any]] = {}
+        """Tool calls streaming, by index: id, name, arguments so far, started yet."""
+        self._client: Any = None
+        self._topic: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._broken = False
+
+    def base(self, type_: str) -> Item:
+        """An item of this activity's attempt: `type`, `run_id`, `step`, `attempt`."""
+        item: Item = {"type": type_, "run_id": self.run_id, "step": self.step}
+        if self.call_id is not None:
+            item["call_id"] = self.call_id
+        item["attempt"] = self.attempt
+        return item
+
+    async def __aenter__(self) -> ActivityStream:
+        from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+        try:
+            # Its own flusher stays idle (an hour): this class flushes on its own ticks.
+            self._client = WorkflowStreamClient.from_within_activity(
+                batch_interval=timedelta(hours=1), max_retry_duration=timedelta(seconds=30)
+            )
+            self._topic = self._client.topic(TOPIC)
+        except Exception as err:
+            self._fail(err)
+        self._task = asyncio.create_task(self._ticks())
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._flush(final=True)
+
+    def delta(self, delta: Item) -> None:
+        """Take a provider's delta (`ModelRequest.on_delta`); text is coalesced per batch."""
+        if delta.get("type") == "text_delta":
+            self._text += str(delta.get("text") or "")
+            return
+        self._cut_text(final=True)
+        self._pending.append({**self.base(str(delta.get("type"))), **_without_type(delta)})
+        if delta.get("type") == "tool_call_delta":
+            self._track_call(delta)
+
+    def _track_call(self, delta: Item) -> None:
+        call = self._calls.setdefault(
+            int(delta.get("index") or 0), {"id": None, "name": None, "args": "", "started": False}
+        )
+        call["id"] = delta.get("id") or call["id"]
+        call["name"] = delta.get("name") or call["name"]
+        call["args"] += str(delta.get("arguments") or "")
+        argument = self._progress_arguments.get(str(call["name"]))
+        if argument is None or call["started"]:
+            return
+        found = _string_argument(call["args"], argument)
+        if found is not None:
+            self._started(call, found)
+
+    def _started(self, call: dict[str, Any], progress: Any) -> None:
+        call["started"] = True
+        item = self.base("tool_call_started")
+        item.update(call_id=call["id"], name=call["name"], progress=progress)
+        self._pending.append(item)
+
+    def calls_done(self) -> None:
+        """The reply is whole: announce the calls whose progress argument never completed."""
+        for call in self._calls.values():
+            if call["name"] in self._progress_arguments and not call["started"]:
+                try:
+                    args = json.loads(call["args"] or "{}")
+                except ValueError:
+                    args = {}
+                value = args.get(self._progress_arguments[call["name"]]) if isinstance(args, dict) else None
+                self._started(call, value)
+
+    def publish(self, item: Item) -> None:
+        """Queue `item` (already holding `type`) for the next batch."""
+        self._cut_text(final=True)
+        self._pending.append(item)
+
+    def _cut_text(self, final: bool) -> None:
+        """Move the text that can no longer be part of a secret into `_pending`."""
+        text = self._text
+        if not text:
+            return
+        cut = len(text) if final else max(0, len(text) - self._hold)
+        # Never cut inside a secret that is already whole: move the cut to where it starts.
+        for start, end in self._redactor.spans(text):
+            if start < cut < end:
+                cut = start
+        if cut <= 0:
+            return
+        self._text = text[cut:]
+        item = self.base("text_delta")
+        item["text"] = self._redactor.text(text[:cut])
+        self._pending.append(item)
+
+    async def _ticks(self) -> None:
+        while True:
+            await asyncio.sleep(self._every)
+            await self._flush()
+
+    async def _flush(self, final: bool = False) -> None:
+        self._cut_text(final)
+        items, self._pending = self._pending, []
+        if not items or self._broken or self._topic is None:
+            return
+        try:
+            for item in items:
+                self._topic.publish(self._redactor.value(item))
+            await self._client.flush()
+        except Exception as err:
+            self._fail(err)
+
+    def _fail(self, err: BaseException) -> None:
+        if not self._broken:
+            log.warning("live stream of %s: publishing stopped: %s", self.run_id, err)
+        self._broken = True
+
+
+def _string_argument(arguments: str, name: str) -> str | None:
+    """The value of string argument `name` once its closing quote has streamed, else `None`."""
+    match = re.search(rf'"{re.escape(name)}"\s*:\s*"((?:[^"\\]|\\.)*)"', arguments)
+    if match is None:
+        return None
+    try:
+        value: str = json.loads(f'"{match.group(1)}"')
+    except ValueError:
+        return None
+    return value
+
+
+def _without_type(delta: Item) -> Item:
+    return {k: v for k, v in delta.items() if k != "type"}
+
+
+def stream_state_json(state: WorkflowStreamState, limit: int = CARRY_BYTES) -> dict[str, Any]:
+    """`state` as plain JSON for `RunState.stream`, keeping the newest items up to `limit` bytes.
+
+    The dropped items are truncated: a subscriber asking for them gets the retained ones.
+    """
+    log_items = list(state.log)
+    size = sum(len(i.data) for i in log_items)
+    base = state.base_offset
+    while log_items and size > limit:
+        size -= len(log_items.pop(0).data)
+        base += 1
+    return {
+        "log": [{"topic": i.topic, "data": i.data} for i in log_items],
+        "base_offset": base,
+        "publishers": {
+            pid: {"sequence": p.sequence, "last_seen": p.last_seen.isoformat()}
+            for pid, p in state.publishers.items()
+        },
+    }
+
+
+def carried_stream(raw: Any, *path: str) -> WorkflowStreamState | None:
+    """The stream state a continued run's raw input carries at `path`, or `None`.
+
+    Read in the workflow's `__init__`, before the input is checked: anything unexpected is no
+    state (the run's own check then fails a wrong input).
+    """
+    value = raw
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    if not isinstance(value, dict) or "log" not in value:
+        return None
+    try:
+        from temporalio.converter import value_to_type
+
+        state: WorkflowStreamState = value_to_type(WorkflowStreamState, value)
+        return state
+    except Exception:
+        return None
