@@ -342,8 +342,11 @@ class ToolContext:
     # -- events and messages -----------------------------------------------------------------
 
     def emit(self, event: str, data: Any = None) -> None:
-        """Emit an event for a front end: live on the run's stream (`tool_progress`), and in
-        the call's result (query `events`, `toren events --follow`)."""
+        """Emit an event for a front end, live on the run's stream and in the call's result.
+
+        The stream's item is a `tool_progress`; the result's event reaches query `events` and
+        `toren events --follow`.
+        """
         entry = {"event": str(event), "data": json.loads(json.dumps(data))}
         self.changes.events.append(entry)
         live = current_stream.get()

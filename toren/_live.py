@@ -4,21 +4,31 @@ Each `AgentRun` and `AgentThread` hosts one `temporalio.contrib.workflow_streams
 topic, `"toren"`. Every item is a JSON object with `type`, `run_id` (the workflow id) and
 `step`; items of one model or tool attempt carry `attempt`, items of one tool call `call_id`:
 
-| type | published by | other keys |
-|---|---|---|
-| `text_delta` | model activity, while the model writes | `attempt`, `text` |
-| `tool_call_delta` | model activity | `attempt`, `index`, `id`, `name`, `arguments` (a fragment) |
-| `tool_call_started` | model activity once the tool's `progress_argument` is whole; else the workflow as it starts the call | `call_id`, `name`, `progress` (that argument's value, or null) |
-| `tool_progress` | tool activity, at each `ctx.emit` | `call_id`, `attempt`, `name`, `event`, `data` |
-| `approval_requested` | workflow | `call_id`, `name`, `args`, `reason`, `expires_at` |
-| `approval_decided` | workflow | `call_id`, `name`, `approved`, `by`, `comment` |
-| `tool_call_completed` | workflow | `call_id`, `name`, `is_error` |
-| `model_retry` | model activity, as a retry attempt starts | `attempt`, `max_attempts`, `reason`, `status`, `delay_s` (the wait before this attempt) |
-| `superseded` | model or tool activity, as a retry attempt starts | `attempt` (the earlier attempt whose items to drop), `call_id` for a tool |
-| `message_received` | thread, as a message's execution starts | `message_id`, `content` |
-| `message_completed` | thread | `message_id`, `status`, `text` or `error` |
-| `run_completed` | `AgentRun` | `text`, `steps`, `tool_calls` |
-| `run_failed` | `AgentRun` | `error`, `kind` |
+```text
+type                 published by                       other keys
+text_delta           model activity, as the model       attempt, text
+                     writes
+tool_call_delta      model activity                     attempt, index, id, name, arguments
+                                                        (a fragment of the JSON text)
+tool_call_started    model activity, once the tool's    call_id, name, progress (that
+                     progress_argument is whole;        argument's value, or null);
+                     else the workflow, as it takes     attempt when from the model
+                     the call
+tool_progress        tool activity, at each ctx.emit    call_id, attempt, name, event, data
+approval_requested   workflow                           call_id, name, args, reason, expires_at
+approval_decided     workflow                           call_id, name, approved, by, comment
+tool_call_completed  workflow                           call_id, name, is_error
+model_retry          model activity, as a retry         attempt, max_attempts, reason, status,
+                     attempt starts                     delay_s (the wait before this attempt)
+superseded           model or tool activity, as a       attempt (the earlier attempt, whose
+                     retry attempt starts               items to drop); call_id for a tool
+message_received     thread, as a message's             message_id, content
+                     execution starts
+message_completed    thread                             message_id, status, text or error
+thread_closed        thread, as it ends                 closed_by
+run_completed        AgentRun                           text, steps, tool_calls
+run_failed           AgentRun                           error, kind
+```
 
 Deltas are batched (agent.yaml `stream: {batchMs: 200}`), redacted with the agent's redactor
 (text is held back by a secret's length, so a secret split across deltas is caught whole),
@@ -175,7 +185,11 @@ class ActivityStream:
                     args = json.loads(call["args"] or "{}")
                 except ValueError:
                     args = {}
-                value = args.get(self._progress_arguments[call["name"]]) if isinstance(args, dict) else None
+                value = (
+                    args.get(self._progress_arguments[call["name"]])
+                    if isinstance(args, dict)
+                    else None
+                )
                 self._started(call, value)
 
     def publish(self, item: Item) -> None:

@@ -203,6 +203,9 @@ class RunState:
     """Executions started so far in a thread (0 in an `AgentRun`, which is one execution)."""
     execution_start: int = 0
     """Index in the transcript of the current execution's first message."""
+    stream: dict[str, Any] | None = None
+    """The live stream's state at continue-as-new (its newest items, offsets, publishers), as
+    `toren._live.stream_state_json` writes it; the next run's stream goes on from there."""
 
 
 @dataclass

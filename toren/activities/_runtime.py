@@ -317,7 +317,7 @@ def _live_stream(
     if not config.enabled or activity.info().is_local:
         return None
     progress = {
-        t.name: t.progress_argument for t in loaded.agent.tools.values() if t.progress_argument
+        str(t.name): t.progress_argument for t in loaded.agent.tools.values() if t.progress_argument
     }
     return ActivityStream(
         step=step,

@@ -55,7 +55,9 @@ class ModelRequest:
     """Upper bound on tokens in the reply."""
     settings: dict[str, Any] = field(default_factory=dict)
     """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`."""
-    on_delta: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False, compare=False)
+    on_delta: Callable[[dict[str, Any]], None] | None = field(
+        default=None, repr=False, compare=False
+    )
     """Called synchronously with each piece of the reply as it streams:
     `{"type": "text_delta", "text"}` or `{"type": "tool_call_delta", "index", "id", "name",
     "arguments"}`; the provider still returns the whole reply."""
