@@ -47,23 +47,10 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from temporalio.contrib.workflow_streams import WorkflowStreamState
-
 from toren._redact import Redactor
+from toren._types import STREAM_TOPIC as TOPIC
 
-__all__ = [
-    "CARRY_BYTES",
-    "TOPIC",
-    "ActivityStream",
-    "carried_stream",
-    "current_stream",
-    "stream_state_json",
-]
-
-TOPIC = "toren"
-"""The one topic toren publishes on."""
-CARRY_BYTES = 256_000
-"""Stream items carried across continue-as-new (the newest, up to this many encoded bytes)."""
+__all__ = ["TOPIC", "ActivityStream", "current_stream"]
 
 log = logging.getLogger("toren")
 
@@ -251,44 +238,3 @@ def _string_argument(arguments: str, name: str) -> str | None:
 
 def _without_type(delta: Item) -> Item:
     return {k: v for k, v in delta.items() if k != "type"}
-
-
-def stream_state_json(state: WorkflowStreamState, limit: int = CARRY_BYTES) -> dict[str, Any]:
-    """`state` as plain JSON for `RunState.stream`, keeping the newest items up to `limit` bytes.
-
-    The dropped items are truncated: a subscriber asking for them gets the retained ones.
-    """
-    log_items = list(state.log)
-    size = sum(len(i.data) for i in log_items)
-    base = state.base_offset
-    while log_items and size > limit:
-        size -= len(log_items.pop(0).data)
-        base += 1
-    return {
-        "log": [{"topic": i.topic, "data": i.data} for i in log_items],
-        "base_offset": base,
-        "publishers": {
-            pid: {"sequence": p.sequence, "last_seen": p.last_seen.isoformat()}
-            for pid, p in state.publishers.items()
-        },
-    }
-
-
-def carried_stream(raw: Any, *path: str) -> WorkflowStreamState | None:
-    """The stream state a continued run's raw input carries at `path`, or `None`.
-
-    Read in the workflow's `__init__`, before the input is checked: anything unexpected is no
-    state (the run's own check then fails a wrong input).
-    """
-    value = raw
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    if not isinstance(value, dict) or "log" not in value:
-        return None
-    try:
-        from temporalio.converter import value_to_type
-
-        state: WorkflowStreamState = value_to_type(WorkflowStreamState, value)
-        return state
-    except Exception:
-        return None

@@ -14,6 +14,7 @@ __all__ = [
     "CUT_AT_MAX_TOKENS",
     "DEFAULT_TOOL_ATTEMPTS",
     "DEFAULT_TOOL_TIMEOUT_MS",
+    "STREAM_TOPIC",
     "AgentSpec",
     "ApprovalCheck",
     "Decision",
@@ -40,6 +41,9 @@ DEFAULT_TOOL_ATTEMPTS = 3
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
+
+STREAM_TOPIC = "toren"
+"""The one topic of a run's live stream (`toren._live`)."""
 
 CUT_AT_MAX_TOKENS = "length"
 """The `finish_reason` of a model reply cut at `maxTokens`, whatever the provider's own word."""

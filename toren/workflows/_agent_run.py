@@ -29,10 +29,10 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from toren._live import TOPIC, carried_stream, stream_state_json
     from toren._transcript import TranscriptRef, page_of
     from toren._types import (
         CUT_AT_MAX_TOKENS,
+        STREAM_TOPIC,
         AgentSpec,
         Decision,
         ModelCallInput,
@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
+    from toren.workflows._stream_state import carried_stream, stream_state_json
     from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls, flow_id
 
 __all__ = ["AgentRun", "toren_bug"]
@@ -103,7 +104,7 @@ class AgentRun:
         # Signal handlers and queries may run before `run` starts, so these exist from here.
         # The live stream's handlers too: an activity may publish before `run` runs.
         self._stream = WorkflowStream(carried_stream(raw, *self._STREAM_PATH))
-        self._live = self._stream.topic(TOPIC)
+        self._live = self._stream.topic(STREAM_TOPIC)
         self._run = RunState()
         self._approvals = approvals.Approvals(
             refused=lambda: self._run.refused,
