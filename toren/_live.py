@@ -47,6 +47,9 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from temporalio import activity
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
 from toren._redact import Redactor
 from toren._types import STREAM_TOPIC as TOPIC
 
@@ -83,8 +86,6 @@ class ActivityStream:
         call_id: str | None = None,
         progress_arguments: dict[str, str] | None = None,
     ) -> None:
-        from temporalio import activity
-
         info = activity.info()
         self.run_id = info.workflow_id or ""
         self.attempt = info.attempt
@@ -94,8 +95,12 @@ class ActivityStream:
         self._hold = max(0, redactor.longest - 1)
         self._every = batch_ms / 1000
         self._pending: list[Item] = []
+        self._open: Item | None = None
+        """The delta being held: a `text_delta`, or one call's `tool_call_delta`."""
+        self._field = "text"
+        """Which of its keys `_text` fills (`text` or `arguments`)."""
         self._text = ""
-        """Text not yet published (held back while a secret could still be completing)."""
+        """Held text not yet published (a secret could still be completing)."""
         self._progress_arguments = progress_arguments or {}
         """Tool name → its `progress_argument`, for `tool_call_started` while arguments stream."""
         self._calls: dict[int, dict[str, Any]] = {}
@@ -114,8 +119,6 @@ class ActivityStream:
         return item
 
     async def __aenter__(self) -> ActivityStream:
-        from temporalio.contrib.workflow_streams import WorkflowStreamClient
-
         try:
             # Its own flusher stays idle (an hour): this class flushes on its own ticks.
             self._client = WorkflowStreamClient.from_within_activity(
@@ -135,14 +138,37 @@ class ActivityStream:
         await self._flush(final=True)
 
     def delta(self, delta: Item) -> None:
-        """Take a provider's delta (`ModelRequest.on_delta`); text is coalesced per batch."""
+        """Take a provider's delta (`ModelRequest.on_delta`); fragments coalesce per batch.
+
+        Text and each call's arguments are held back by a secret's length, so a secret split
+        across fragments is redacted whole.
+        """
         if delta.get("type") == "text_delta":
+            if self._open is None or self._open["type"] != "text_delta":
+                self._cut_text(final=True)
+                self._open, self._field = self.base("text_delta"), "text"
             self._text += str(delta.get("text") or "")
             return
-        self._cut_text(final=True)
-        self._pending.append({**self.base(str(delta.get("type"))), **_without_type(delta)})
-        if delta.get("type") == "tool_call_delta":
-            self._track_call(delta)
+        if delta.get("type") != "tool_call_delta":
+            self.publish({**self.base(str(delta.get("type"))), **_without_type(delta)})
+            return
+        index = int(delta.get("index") or 0)
+        same = (
+            self._open is not None
+            and self._open["type"] == "tool_call_delta"
+            and self._open["index"] == index
+        )
+        if not same or delta.get("id") or delta.get("name"):
+            self._cut_text(final=True)
+            self._open = {
+                **self.base("tool_call_delta"),
+                "index": index,
+                "id": delta.get("id"),
+                "name": delta.get("name"),
+            }
+            self._field = "arguments"
+        self._text += str(delta.get("arguments") or "")
+        self._track_call(delta)
 
     def _track_call(self, delta: Item) -> None:
         call = self._calls.setdefault(
@@ -185,21 +211,23 @@ class ActivityStream:
         self._pending.append(item)
 
     def _cut_text(self, final: bool) -> None:
-        """Move the text that can no longer be part of a secret into `_pending`."""
-        text = self._text
-        if not text:
+        """Move the held text that can no longer be part of a secret into `_pending`."""
+        if self._open is None:
             return
+        text = self._text
         cut = len(text) if final else max(0, len(text) - self._hold)
         # Never cut inside a secret that is already whole: move the cut to where it starts.
         for start, end in self._redactor.spans(text):
             if start < cut < end:
                 cut = start
-        if cut <= 0:
-            return
-        self._text = text[cut:]
-        item = self.base("text_delta")
-        item["text"] = self._redactor.text(text[:cut])
-        self._pending.append(item)
+        header = bool(self._open.get("id") or self._open.get("name"))
+        if cut > 0 or header:
+            self._text = text[cut:]
+            self._pending.append({**self._open, self._field: self._redactor.text(text[:cut])})
+            if header:
+                self._open = {**self._open, "id": None, "name": None}
+        if final:
+            self._open, self._text = None, ""
 
     async def _ticks(self) -> None:
         while True:
