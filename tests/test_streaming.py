@@ -56,6 +56,7 @@ def leaky(args, ctx):
 
 tool = define_tool(
     description="Leaks its token.",
+    input={"type": "object", "properties": {"note": {"type": "string"}}},
     variables=[Variable("STREAM_TOKEN", type="secret", required=True, description="token")],
     handler=leaky,
 )
@@ -271,13 +272,14 @@ async def test_published_items_hold_no_secret(
 ) -> None:
     token = secret("stream-token-5d1c88e0a7")
     monkeypatch.setenv("STREAM_TOKEN", token)
-    # The model repeats the secret, split across many deltas (8 characters each).
+    # The model repeats the secret, in its text and a call's arguments, split across many
+    # deltas (8 characters each).
     folder = make_agent(
         tools={"leaky": LEAKY},
         script=[
             {
                 "text": f"calling with {token}",
-                "tool_calls": [{"id": "l1", "name": "leaky"}],
+                "tool_calls": [{"id": "l1", "name": "leaky", "args": {"note": token}}],
                 "stream_delay_ms": 5,
             },
             {"text": "the token is " + token + ", and again " + token, "stream_delay_ms": 5},
@@ -289,6 +291,8 @@ async def test_published_items_hold_no_secret(
         await handle.result()
     assert live.text == "the token is [redacted], and again [redacted]"
     assert any(e.type == "tool_progress" for e in events)
+    arguments = "".join(e.data["arguments"] for e in events if e.type == "tool_call_delta")
+    assert json.loads(arguments) == {"note": "[redacted]"}
     for item in SEEN:
         assert token not in json.dumps(item), item
     await fetch_history(client, run_id)  # the suite-wide search checks the history too
