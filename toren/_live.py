@@ -106,6 +106,7 @@ class ActivityStream:
         self._calls: dict[int, dict[str, Any]] = {}
         """Tool calls streaming, by index: id, name, arguments so far, started yet."""
         self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._topic: Any = None
         self._task: asyncio.Task[None] | None = None
         self._broken = False
@@ -119,6 +120,7 @@ class ActivityStream:
         return item
 
     async def __aenter__(self) -> ActivityStream:
+        self._loop = asyncio.get_running_loop()
         try:
             # Its own flusher stays idle (an hour): this class flushes on its own ticks.
             self._client = WorkflowStreamClient.from_within_activity(
@@ -206,7 +208,17 @@ class ActivityStream:
                 self._started(call, value)
 
     def publish(self, item: Item) -> None:
-        """Queue `item` (already holding `type`) for the next batch."""
+        """Queue `item` (already holding `type`) for the next batch.
+
+        Callable from any thread: a sync tool handler runs in one.
+        """
+        try:
+            here = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            here = False
+        if not here and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.publish, item)
+            return
         self._cut_text(final=True)
         self._pending.append(item)
 

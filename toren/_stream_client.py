@@ -104,7 +104,9 @@ class LiveStream:
         """Keep the text up to date; `False` for an item of a retracted attempt."""
         data = event.data
         step, attempt = event.step or 0, data.get("attempt")
-        key = (step, data.get("call_id"), attempt if isinstance(attempt, int) else 0)
+        # What a tool attempt published is keyed by its call; what a model attempt did, not.
+        call = data.get("call_id") if event.type in ("tool_progress", "superseded") else None
+        key = (step, call, attempt if isinstance(attempt, int) else 0)
         if event.type == "message_received":
             self.texts.clear()
             self._retracted.clear()
