@@ -9,15 +9,18 @@ thread outlives the terminal: `toren chat AGENT --thread ID` takes it up again, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import Callable
 from typing import TextIO
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from toren import client as toren_client
+from toren._stream_client import LiveStream
 from toren._types import PendingApproval
 from toren.errors import RunError, UsageError
 
@@ -25,6 +28,8 @@ __all__ = ["chat"]
 
 HELP = "Type a message; /close ends the thread, /quit (or Ctrl-D) leaves it running."
 POLL_S = 0.3
+STREAM_TAIL_S = 3.0
+"""How long the answer's streamed tail may trail the answer (or the offset query take)."""
 
 
 async def chat(
@@ -75,7 +80,13 @@ async def _exchange(
     read: Callable[[str], str],
     out: TextIO,
 ) -> None:
-    """Send one message, asking about approvals while it runs, and print the answer."""
+    """Send one message, asking about approvals while it runs, and print the answer.
+
+    The answer's text is printed as it streams (from the thread's stream, read from where it
+    stood before the message); what did not stream is printed whole at the end.
+    """
+    shown = _Shown(out)
+    reader = await _stream_answer(client, thread_id, shown)
     sending = asyncio.ensure_future(toren_client.send_message(client, thread_id, line))
     asked: set[str] = set()
     while not sending.done():
@@ -87,13 +98,76 @@ async def _exchange(
                 continue
             asked.add(call.call_id)
             await _ask(client, thread_id, call, by, read, out)
+    if reader is not None:
+        # The stream's last items may trail the answer by a poll.
+        with contextlib.suppress(asyncio.TimeoutError, Exception):
+            await asyncio.wait_for(reader, STREAM_TAIL_S)
+        reader.cancel()
     try:
         outcome = sending.result()
     except (RunError, WorkflowUpdateFailedError) as err:
         cause = getattr(err, "cause", None) or err
+        shown.end()
         print(f"(failed: {cause})", file=out, flush=True)
         return
-    print(f"agent> {outcome.get('text', '')}", file=out, flush=True)
+    text = str(outcome.get("text", ""))
+    if shown.started and shown.live is not None and shown.live.text == text:
+        shown.end()
+        return
+    shown.end()
+    print(f"agent> {text}", file=out, flush=True)
+
+
+class _Shown:
+    """What of the answer was printed as it streamed."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.started = False
+        self.live: LiveStream | None = None
+
+    def text(self, text: str) -> None:
+        if not self.started:
+            print("agent> ", end="", file=self.out)
+            self.started = True
+        print(text, end="", file=self.out, flush=True)
+
+    def restart(self) -> None:
+        if self.started:
+            print("\n(the model was retried; its answer again:)", file=self.out, flush=True)
+            self.started = False
+
+    def end(self) -> None:
+        if self.started:
+            print(file=self.out, flush=True)
+            self.started = False
+
+
+async def _stream_answer(
+    client: Client, thread_id: str, shown: _Shown
+) -> asyncio.Future[None] | None:
+    """Print the next message's text as it streams; `None` when the thread has no stream."""
+    try:
+        offset = await asyncio.wait_for(
+            WorkflowStreamClient.create(client, thread_id).get_offset(), STREAM_TAIL_S
+        )
+    except Exception:  # a thread from before streams, or a worker restarting
+        return None
+    live = toren_client.stream(client, thread_id, offset)
+    shown.live = live
+
+    async def read() -> None:
+        async for event in live:
+            if event.type == "text_delta":
+                shown.text(str(event.data.get("text") or ""))
+            elif event.type == "superseded" and "call_id" not in event.data:
+                shown.restart()
+            elif event.type == "tool_call_delta" and shown.started:
+                shown.end()
+            elif event.type in ("message_completed", "thread_closed"):
+                return
+
+    return asyncio.ensure_future(read())
 
 
 async def _ask(

@@ -46,6 +46,7 @@ __all__ = [
     "ModelSettings",
     "ProcessConfig",
     "SandboxConfig",
+    "StreamConfig",
     "read_config",
 ]
 
@@ -227,6 +228,15 @@ class ProcessConfig(_Strict):
         return also_report(lambda: handler(data), None, problems, data)
 
 
+class StreamConfig(_Strict):
+    """Live output of runs (`toren._live`): `stream: false` turns publishing off."""
+
+    enabled: bool = True
+    """Whether model and tool activities publish to the run's stream."""
+    batch_ms: int = Field(200, alias="batchMs", ge=10, le=10_000)
+    """Milliseconds of deltas gathered into one publish (each is a signal in history)."""
+
+
 class AgentConfig(_Strict):
     """The contents of agent.yaml."""
 
@@ -258,6 +268,19 @@ class AgentConfig(_Strict):
     """Named processes `run_process` may start."""
     task_queue: str | None = None
     """The Temporal task queue; defaults to the agent's name."""
+    stream: StreamConfig = Field(default_factory=StreamConfig)  # type: ignore[arg-type]
+    """Live output: `true` (the default), `false`, or `{batchMs: 200}`."""
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _stream_switch(cls, value: Any) -> Any:
+        if value is True or value is None:
+            return {}
+        if value is False:
+            return {"enabled": False}
+        if not isinstance(value, dict):
+            raise ValueError(f"must be true, false or a block of batchMs; got {value!r}")
+        return value
 
     @field_validator("name")
     @classmethod

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from toren._code_run import CodeRun
+from toren._live import current_stream
 
 __all__ = [
     "Attachment",
@@ -341,8 +342,16 @@ class ToolContext:
     # -- events and messages -----------------------------------------------------------------
 
     def emit(self, event: str, data: Any = None) -> None:
-        """Emit an event for a front end (query `events`, `toren events --follow`)."""
-        self.changes.events.append({"event": str(event), "data": json.loads(json.dumps(data))})
+        """Emit an event for a front end, live on the run's stream and in the call's result.
+
+        The stream's item is a `tool_progress`; the result's event reaches query `events` and
+        `toren events --follow`.
+        """
+        entry = {"event": str(event), "data": json.loads(json.dumps(data))}
+        self.changes.events.append(entry)
+        live = current_stream.get()
+        if live is not None:
+            live.publish({**live.base("tool_progress"), "name": self.tool, **entry})
 
     async def get_messages(self, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
         """The conversation so far (`offset` from the start, at most `limit` messages)."""

@@ -42,6 +42,9 @@ from toren._attempts import attempts_before, failure_record
 from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
+STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
+"""The signal that carries a batch of live output (`temporalio.contrib.workflow_streams`)."""
+
 __all__ = ["Event", "EventStream", "format_event", "read_through", "render"]
 
 Event = dict[str, Any]
@@ -575,6 +578,8 @@ class _Renderer:
         )
 
     def _signal(self, event: HistoryEvent, name: str, values: list[Any], identity: str) -> None:
+        if name == STREAM_PUBLISH_SIGNAL:
+            return  # live output (`toren._live`), not an event of the run
         if name in THREAD_SIGNALS and self.thread:
             problem = message_problem(values) if name == "send_message" else None
             if problem is not None:

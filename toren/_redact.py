@@ -60,10 +60,16 @@ class Redactor:
         every = sorted({f for s in self.secrets for f in forms(s)}, key=lambda f: (-len(f), f))
         # Longest first: where one secret contains another, the whole of it goes.
         self._pattern = re.compile("|".join(map(re.escape, every))) if every else None
+        self.longest = len(every[0]) if every else 0
+        """Length of the longest form of a secret (a stream holds back this much text)."""
 
     def text(self, text: str) -> str:
         """`text` with every secret replaced by `MARKER`."""
         return self._pattern.sub(MARKER, text) if self._pattern else text
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) of each secret in `text`."""
+        return [m.span() for m in self._pattern.finditer(text)] if self._pattern else []
 
     def value(self, value: Any) -> Any:
         """`value` with every string in it redacted, dict keys included (str, dict, list, tuple)."""

@@ -14,6 +14,7 @@ __all__ = [
     "CUT_AT_MAX_TOKENS",
     "DEFAULT_TOOL_ATTEMPTS",
     "DEFAULT_TOOL_TIMEOUT_MS",
+    "STREAM_TOPIC",
     "AgentSpec",
     "ApprovalCheck",
     "Decision",
@@ -40,6 +41,9 @@ DEFAULT_TOOL_ATTEMPTS = 3
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
+
+STREAM_TOPIC = "toren"
+"""The one topic of a run's live stream (`toren._live`)."""
 
 CUT_AT_MAX_TOKENS = "length"
 """The `finish_reason` of a model reply cut at `maxTokens`, whatever the provider's own word."""
@@ -216,6 +220,9 @@ class RunState:
     `cost_usd`, `calls`, `retries`, and `last_prompt` (the last call's input + output)."""
     cost_usd: float = 0.0
     """What the run's model calls (and child runs) cost so far, where prices are known."""
+    stream: dict[str, Any] | None = None
+    """The live stream's state at continue-as-new (its newest items, offsets, publishers), as
+    `toren._live.stream_state_json` writes it; the next run's stream goes on from there."""
 
 
 @dataclass

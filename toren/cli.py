@@ -42,6 +42,7 @@ from temporalio.service import RPCError
 from toren import client as toren_client
 from toren._agent import load_agent
 from toren._events import EventStream, format_event
+from toren._live_print import LivePrinter
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.errors import ConfigError, TorenError
@@ -163,24 +164,50 @@ async def _follow(
     terminated. With `show_help`, also say what the run waits for (`toren._watch`).
     """
     watcher = None
+    printer = None
+    live = None
+    if not as_json:
+        # The model's text as it streams and tools' progress, between the event log's lines.
+        printer = LivePrinter()
+        live = asyncio.create_task(printer.follow(client, run_id))
     if show_help and not as_json:
         from toren._watch import watch
 
         def say(line: str) -> None:
-            print(f"  …  {line}", flush=True)
+            if printer is not None:
+                printer.line(f"  …  {line}")
+            else:
+                print(f"  …  {line}", flush=True)
 
         watcher = asyncio.create_task(
             watch(client, run_id, say, agent_dir=agent_dir or "<agent folder>")
         )
     try:
-        return await _print_chain(client, run_id, as_json=as_json, show_help=show_help)
+        return await _print_chain(
+            client, run_id, as_json=as_json, show_help=show_help, printer=printer
+        )
     finally:
-        if watcher is not None:
-            watcher.cancel()
+        for task in (watcher, live):
+            if task is not None:
+                task.cancel()
 
 
-async def _print_chain(client: Client, run_id: str, *, as_json: bool, show_help: bool) -> int:
+async def _print_chain(
+    client: Client,
+    run_id: str,
+    *,
+    as_json: bool,
+    show_help: bool,
+    printer: LivePrinter | None = None,
+) -> int:
     stream = EventStream(client.data_converter)
+
+    def show(text: str) -> None:
+        if printer is None:
+            print(text, flush=True)
+        else:
+            printer.line(text)
+
     run: str | None = await toren_client.first_run(client, run_id)
     status = 0
     while run is not None:
@@ -188,16 +215,17 @@ async def _print_chain(client: Client, run_id: str, *, as_json: bool, show_help:
         run = None
         async for history_event in handle.fetch_history_events(wait_new_event=True):
             for event in await stream.feed(history_event):
-                print(json.dumps(event) if as_json else format_event(event), flush=True)
+                show(json.dumps(event) if as_json else format_event(event))
+                if printer is not None and event["type"] in ("RunCompleted", *_UNSUCCESSFUL):
+                    printer.closed = True  # the run's end is the last line
                 if event["type"] == "ApprovalRequested" and show_help and not as_json:
                     call = event["callId"]
-                    print(
+                    show(
                         f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in "
                         f"the Web UI (More Actions → Send a Signal → approve, "
                         f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
                         f"       toren approve {run_id} {call}\n"
-                        f"       toren deny {run_id} {call} --comment 'why'",
-                        flush=True,
+                        f"       toren deny {run_id} {call} --comment 'why'"
                     )
                 if event["type"] == "RunContinuedAsNew":
                     run = event["newRunId"]  # the same run goes on in a new history

@@ -29,6 +29,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
 from toren._events import Event, read_through, render
+from toren._stream_client import LiveStream, StreamEvent, stream
 from toren._thread_client import close_thread, messages, send_message, start_thread
 from toren._types import Decision, PendingApproval, RunInput, RunResult
 from toren.errors import ApprovalWaitError, UsageError
@@ -38,6 +39,8 @@ _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 __all__ = [
     "InboxItem",
+    "LiveStream",
+    "StreamEvent",
     "approve",
     "attach",
     "close_thread",
@@ -53,6 +56,7 @@ __all__ = [
     "send_message",
     "start_run",
     "start_thread",
+    "stream",
     "wait_for_approval",
 ]
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from toren._agent import Agent, load_agent, process_specs
 from toren._attempts import carried, usage_of, with_failure, with_usage
 from toren._limits import cut_message
+from toren._live import ActivityStream, current_stream
 from toren._prices import prices_for
 from toren._redact import MIN_SECRET_CHARS, Redactor
 from toren._telemetry import CallSpan, Telemetry
@@ -271,9 +272,15 @@ class AgentRuntime:
             info.attempt,
             request.max_tokens,
         )
+        live = _live_stream(loaded, input.step, redactor)
         with span as call, _failed_in(call, redactor):
-            async with _heartbeating() as beats:
+            async with _heartbeating() as beats, live or contextlib.nullcontext():
+                if live is not None:
+                    request.on_delta = live.delta
+                    _announce_retry(live, earlier)
                 reply = await self._complete(loaded, request, earlier, redactor)
+                if live is not None:
+                    live.calls_done()
                 if budgeted and reply.usage:
                     # Paid for now: if this attempt dies before its result is recorded, the
                     # next one still counts these tokens (one heartbeat, budgeted agents only).
@@ -352,9 +359,16 @@ class AgentRuntime:
                 info.workflow_id or "",
                 info.attempt,
             )
+            live = _live_stream(loaded, input.step, loaded.redactor(), call_id=input.call_id)
             with span as call, _failed_in(call, loaded.redactor()):
-                async with _heartbeating():
-                    result = await run_tool_call(loaded, tool, input)
+                async with _heartbeating(), live or contextlib.nullcontext():
+                    token = current_stream.set(live)
+                    try:
+                        if live is not None:
+                            _announce_retry(live, [])
+                        result = await run_tool_call(loaded, tool, input)
+                    finally:
+                        current_stream.reset(token)
                 call.error_result(result.is_error)
                 call.content("gen_ai.tool.call.result", result.content, loaded.redactor())
             cache.put_tool_result(
@@ -375,6 +389,50 @@ def _failed_in(call: CallSpan, redactor: Redactor) -> Iterator[None]:
     except BaseException as err:
         call.failed(f"{type(err).__name__}: {err}", redactor)
         raise
+
+
+def _live_stream(
+    loaded: LoadedAgent, step: int, redactor: Redactor, call_id: str | None = None
+) -> ActivityStream | None:
+    """The run's live stream for this activity, or `None` (agent.yaml `stream: false`)."""
+    config = loaded.agent.config.stream
+    if not config.enabled or activity.info().is_local:
+        return None
+    progress = {
+        str(t.name): t.progress_argument for t in loaded.agent.tools.values() if t.progress_argument
+    }
+    return ActivityStream(
+        step=step,
+        redactor=redactor,
+        batch_ms=config.batch_ms,
+        call_id=call_id,
+        progress_arguments=progress,
+    )
+
+
+def _announce_retry(live: ActivityStream, earlier: list[dict[str, Any]]) -> None:
+    """As a retry starts: what the earlier attempts published is superseded, and why."""
+    info = activity.info()
+    for attempt in range(1, info.attempt):
+        live.publish({**live.base("superseded"), "attempt": attempt})
+    if info.attempt <= 1 or live.call_id is not None:
+        return
+    last = earlier[-1] if earlier else {}
+    delay = None
+    if last.get("at"):
+        with contextlib.suppress(ValueError):
+            failed_at = datetime.fromisoformat(str(last["at"]).replace("Z", "+00:00"))
+            delay = round((info.current_attempt_scheduled_time - failed_at).total_seconds(), 3)
+    policy = info.retry_policy
+    live.publish(
+        {
+            **live.base("model_retry"),
+            "max_attempts": policy.maximum_attempts if policy else None,
+            "reason": str(last.get("error") or "the worker running it stopped"),
+            "status": last.get("status"),
+            "delay_s": delay,
+        }
+    )
 
 
 def _declaration(tool: Tool) -> dict[str, Any]:

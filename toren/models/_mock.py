@@ -3,7 +3,9 @@
 A script is a list of steps; step *i* answers the model call that sees *i* earlier assistant
 messages, so a resumed or retried run gets the same answer. A step is a string (the final
 answer), a dict `{"text": ..., "tool_calls": [{"name": ..., "args": {...}}]}`, or a function of
-the transcript returning either. Text may contain `{last_tool_result}`.
+the transcript returning either. Text may contain `{last_tool_result}`. When the caller streams
+(`ModelRequest.on_delta`), the reply is also sent in chunks of `CHUNK_CHARS`, with a pause of
+the step's `stream_delay_ms` after each.
 
 ```yaml
 # mock_script.yaml beside agent.yaml, used by `model: mock/scripted`
@@ -14,6 +16,7 @@ the transcript returning either. Text may contain `{last_tool_result}`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,6 +58,8 @@ class ScriptStep(BaseModel):
     """The reply's text; `{last_tool_result}` is replaced by the last tool result."""
     tool_calls: list[ScriptCall] = Field(default_factory=list)
     """Tool calls the reply makes."""
+    stream_delay_ms: float = Field(0, ge=0)
+    """When the caller streams (`on_delta`): a pause after each chunk, to watch it arrive."""
 
 
 class EchoModel:
@@ -135,9 +140,43 @@ class ScriptedModel:
                     "arguments": arguments,
                 }
             )
+        if request.on_delta is not None:
+            await _stream(request.on_delta, text, calls, float(step.get("stream_delay_ms") or 0))
         return ModelReply(
             content=text, tool_calls=calls, usage=_usage(request, text), model=self.name
         )
+
+
+CHUNK_CHARS = 8
+"""Characters per simulated delta."""
+
+
+async def _stream(
+    on_delta: Callable[[dict[str, Any]], None],
+    text: str,
+    calls: list[dict[str, Any]],
+    delay_ms: float,
+) -> None:
+    """Send `text` and the calls' arguments in chunks, as a streaming provider does."""
+
+    async def pause() -> None:
+        await asyncio.sleep(delay_ms / 1000)
+
+    for at in range(0, len(text), CHUNK_CHARS):
+        on_delta({"type": "text_delta", "text": text[at : at + CHUNK_CHARS]})
+        await pause()
+    for index, call in enumerate(calls):
+        arguments = str(call["arguments"])
+        on_delta(
+            {"type": "tool_call_delta", "index": index, "id": call["id"], "name": call["name"],
+             "arguments": ""}
+        )  # fmt: skip
+        for at in range(0, len(arguments), CHUNK_CHARS):
+            on_delta(
+                {"type": "tool_call_delta", "index": index, "id": None, "name": None,
+                 "arguments": arguments[at : at + CHUNK_CHARS]}
+            )  # fmt: skip
+            await pause()
 
 
 def _usage(request: ModelRequest, text: str) -> dict[str, int]:

@@ -25,12 +25,14 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from toren._transcript import TranscriptRef, page_of
     from toren._types import (
         CUT_AT_MAX_TOKENS,
+        STREAM_TOPIC,
         AgentSpec,
         Decision,
         ModelCallInput,
@@ -47,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._budget import Budget
     from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
+    from toren.workflows._stream_state import carried_stream, stream_state_json
     from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls, flow_id
 
 __all__ = ["AgentRun", "toren_bug"]
@@ -102,8 +105,15 @@ class AgentRun:
     _background: Background
     _calls: ToolCalls
 
-    def __init__(self) -> None:
+    _STREAM_PATH: tuple[str, ...] = ("carry", "stream")
+    """Where a continued run's raw input holds the live stream's state."""
+
+    @workflow.init
+    def __init__(self, raw: Any) -> None:
         # Signal handlers and queries may run before `run` starts, so these exist from here.
+        # The live stream's handlers too: an activity may publish before `run` runs.
+        self._stream = WorkflowStream(carried_stream(raw, *self._STREAM_PATH))
+        self._live = self._stream.topic(STREAM_TOPIC)
         self._run = RunState()
         self._approvals = approvals.Approvals(
             refused=lambda: self._run.refused,
@@ -145,7 +155,9 @@ class AgentRun:
         self._transcript = TranscriptRef(self._run.messages, self._run.prior)
         self._budget = Budget(self._run)
         self._background = Background(self._run, self._budget.add_child)
-        self._calls = ToolCalls(self._run, input, self._approvals, self._background)
+        self._calls = ToolCalls(
+            self._run, input, self._approvals, self._background, publish=self.publish
+        )
         if input.carry is None:
             for message in input.messages or []:
                 self._transcript.append(message, None)
@@ -154,10 +166,31 @@ class AgentRun:
             result = await self._answer()
         except RunError as err:
             self._sync_status("failed")
+            self.publish("run_failed", {"error": err.message, "kind": err.type or "RunError"})
+            await self._close_stream()
             # The usage travels with the failure: a parent run counts a failed child's too.
             raise RunError(err.message, err.kind, self._budget.receipt()) from None
         self._sync_status("completed")
+        self.publish(
+            "run_completed",
+            {"text": result.text, "steps": result.steps, "tool_calls": result.tool_calls},
+        )
+        await self._close_stream()
         return result
+
+    def publish(self, type_: str, fields: dict[str, Any]) -> None:
+        """Publish a live item (`toren._live`): its `type`, `run_id`, `step`, then `fields`.
+
+        Everything here comes from the run's state and recorded results, which the worker
+        redacted before they reached history.
+        """
+        item = {"type": type_, "run_id": workflow.info().workflow_id, "step": self._run.step}
+        self._live.publish({**item, **fields})
+
+    async def _close_stream(self) -> None:
+        """Let subscribers read the last items, then let the run end with no poll open."""
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _answer(self) -> RunResult:
         """Run the loop for the message at the transcript's end, within the wall-clock budget."""
@@ -227,7 +260,9 @@ class AgentRun:
         )
 
     async def _continue_as_new(self) -> None:
-        # Let signal and update handlers finish so no decision is lost at the boundary.
+        # Let signal and update handlers finish so no decision is lost at the boundary; the
+        # stream's polls return, and their subscribers follow to the next run.
+        self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.logger.info(
             "continuing as new after %d steps (run %d)", self._run.step, self._run.runs
@@ -237,6 +272,7 @@ class AgentRun:
             messages=[],
             prior=self._transcript.reference(workflow.info().run_id),
             runs=self._run.runs + 1,
+            stream=stream_state_json(self._stream.get_state()),
         )
         workflow.continue_as_new(self._next_input(carried))
 

@@ -103,9 +103,11 @@ class AgentThread(AgentRun):
     """A conversation with an agent: start it once, then `send_message` for each message."""
 
     _thread_input: ThreadInput
+    _STREAM_PATH = ("carry", "run", "stream")
 
-    def __init__(self) -> None:
-        super().__init__()
+    @workflow.init
+    def __init__(self, raw: Any) -> None:
+        super().__init__(raw)
         # Messages may arrive (signal or update) before `run` starts; they queue here.
         self._thread = ThreadCarry(run=self._run)
         self._continuing = False
@@ -142,7 +144,9 @@ class AgentThread(AgentRun):
         self._run.spec = await self._load_spec(input.agent)
         self._background = Background(self._run, self._budget.add_child)
         self._input = self._execution_input(None)
-        self._calls = ToolCalls(self._run, self._input, self._approvals, self._background)
+        self._calls = ToolCalls(
+            self._run, self._input, self._approvals, self._background, publish=self.publish
+        )
         self._approvals.publish()
         self._sync_status()
         thread = self._thread
@@ -166,6 +170,8 @@ class AgentThread(AgentRun):
                 },
             )
         thread.queue.clear()
+        self.publish("thread_closed", {"closed_by": thread.closing or "close"})
+        self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._sync_status("completed")
         return ThreadResult(
@@ -214,8 +220,11 @@ class AgentThread(AgentRun):
             thread.running = True
             said = {"role": "user", "content": message.content}
             self._transcript.append(said, {"message": said})
+            self.publish("message_received", {"message_id": message.id, "content": message.content})
         self._input = self._execution_input(message)
-        self._calls = ToolCalls(run, self._input, self._approvals, self._background)
+        self._calls = ToolCalls(
+            run, self._input, self._approvals, self._background, publish=self.publish
+        )
         self._executing = True
         tool_calls, usage = run.tool_calls, dict(run.usage)
         try:
@@ -234,6 +243,11 @@ class AgentThread(AgentRun):
         thread.queue.pop(0)
         thread.idle_since = workflow.now().isoformat()
         self._finish(message, outcome)
+        self.publish(
+            "message_completed",
+            {"message_id": message.id, **{k: outcome[k] for k in ("status", "text", "error")
+                                          if k in outcome}},
+        )  # fmt: skip
         self._sync_status()
 
     async def _answer_unless_closed(self) -> RunResult:

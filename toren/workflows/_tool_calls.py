@@ -9,6 +9,7 @@ local activity when it is a short pure lookup. Workflow-side code: deterministic
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,9 +37,11 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background
 
-__all__ = ["HEARTBEAT_TIMEOUT", "CallOutcome", "ToolCalls", "flow_id"]
+__all__ = ["HEARTBEAT_TIMEOUT", "CallOutcome", "Publish", "ToolCalls", "flow_id"]
 
 Message = dict[str, Any]
+Publish = Callable[[str, dict[str, Any]], None]
+"""Publishes a live item of a type with its fields (the run adds `run_id` and `step`)."""
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 """A worker that stops heartbeating this long is taken as dead and the call is retried."""
@@ -61,9 +64,16 @@ class ToolCalls:
     """Runs the tool calls of one run under their contracts."""
 
     def __init__(
-        self, run: RunState, input: RunInput, approvals: Approvals, background: Background
+        self,
+        run: RunState,
+        input: RunInput,
+        approvals: Approvals,
+        background: Background,
+        publish: Publish | None = None,
     ) -> None:
         self._run = run
+        self._publish: Publish = publish or (lambda type_, fields: None)
+        """Publishes a live item (`toren._live`) on the run's stream."""
         self._input = input
         """The run's input (its invocation arguments and attachments reach every call)."""
         self._approvals = approvals
@@ -85,6 +95,20 @@ class ToolCalls:
         call_id = use_id if use_id not in run.call_ids else f"{use_id}-{run.step}"
         run.call_ids.append(call_id)
         run.tool_calls += 1
+        tool = next((t for t in self._spec.tools if t.name == name), None)
+        if tool is None or tool.progress_argument is None:
+            # A tool with a progress argument was announced by the model call, as it streamed.
+            self._publish("tool_call_started", {"call_id": use_id, "name": name, "progress": None})
+        outcome = await self._run_call(call, cut, name, use_id, call_id)
+        self._publish(
+            "tool_call_completed",
+            {"call_id": use_id, "name": name, "is_error": bool(outcome.message.get("is_error"))},
+        )
+        return outcome
+
+    async def _run_call(
+        self, call: dict[str, Any], cut: bool, name: str, use_id: str, call_id: str
+    ) -> CallOutcome:
 
         def made_here(text: str, failed: bool = True) -> CallOutcome:
             message = tool_message(use_id, name, text, failed)
@@ -162,6 +186,12 @@ class ToolCalls:
                 expires_at=(now + timedelta(seconds=timeout_s)).isoformat() if timeout_s else None,
             )
         )
+        pending = self._approvals.pending.get(call_id)
+        self._publish(
+            "approval_requested",
+            {"call_id": call_id, "name": tool.name, "args": args, "reason": reason,
+             "expires_at": pending.expires_at if pending else None},
+        )  # fmt: skip
         try:
             await workflow.wait_condition(
                 lambda: self._approvals.decided(call_id),
@@ -170,7 +200,13 @@ class ToolCalls:
             )
         except TimeoutError:
             self._approvals.expire(call_id, timeout_s or 0.0)
-        return self._approvals.take(call_id)
+        decision = self._approvals.take(call_id)
+        self._publish(
+            "approval_decided",
+            {"call_id": call_id, "name": tool.name, "approved": decision.approved,
+             "by": decision.by, "comment": decision.comment},
+        )  # fmt: skip
+        return decision
 
     async def _execute(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
         spec = self._spec
