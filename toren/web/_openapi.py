@@ -85,7 +85,7 @@ def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
         "in": "header",
         "required": False,
         "description": "resume after this offset (an `EventSource` sends it on reconnecting)",
-        "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+        "schema": {"type": "string", "pattern": "^[0-9]{0,18}$"},
     }
     body_errors = ("400", "401", "403", "404", "409", "413", "422")
     return {

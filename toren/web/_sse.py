@@ -39,13 +39,14 @@ KEEPALIVE_S = 15.0
 
 
 def start_offset(from_param: str | None, last_event_id: str | None) -> int:
-    """The first offset to send: after `Last-Event-ID` when given, else `?from=`, else 0.
+    """The first offset to send: after `Last-Event-ID` when not empty, else `?from=`, else 0.
 
     Raises:
         WebError: 400 when either is not a non-negative integer.
     """
     for name, value, after in (("Last-Event-ID", last_event_id, 1), ("from", from_param, 0)):
-        if value is None or value == "":
+        # An empty Last-Event-ID is what an `EventSource` sends when no event had an id.
+        if value is None or (value == "" and name == "Last-Event-ID"):
             continue
         if not value.strip().isdigit() or len(value.strip()) > 18:
             raise WebError(400, f"{name} must be a non-negative integer offset", field=name)
