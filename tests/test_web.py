@@ -123,6 +123,10 @@ async def test_an_approval_decided_over_http_completes_the_run(
             return r.json() if r.json()["status"] == "completed" else None
 
         status = await wait_for(finished, timeout=30)
+        late = await http.post(
+            f"/v1/runs/{run_id}/decisions", json={"call_id": "g1", "approve": True}
+        )
+        assert late.status_code == 409 and "closed" in late.json()["error"]
         assert status["result"]["text"] == "all done"
         assert status["agent"] == agent and status["workflow_type"] == "AgentRun"
         log = (await http.get(f"/v1/runs/{run_id}/events")).json()["events"]
@@ -301,7 +305,32 @@ class StreamingRun:
             await workflow.sleep(0.4)
         toren.publish({"type": "run_completed", "run_id": run_id, "step": 7})
         await workflow.sleep(0.5)
+        self.stream.detach_pollers()  # see StreamingThread
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return {"text": "done"}
+
+
+@workflow.defn(name="AgentThread")
+class StreamingThread:
+    """Stands in for an `AgentThread`: two executions, each ending with `run_completed`."""
+
+    @workflow.init
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.stream = WorkflowStream()
+
+    @workflow.run
+    async def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        toren = self.stream.topic("toren")
+        for execution in (1, 2):
+            toren.publish({"type": "step", "step": 1, "execution": execution})
+            await workflow.sleep(0.3)
+            toren.publish({"type": "run_completed", "step": 2, "execution": execution})
+            await workflow.sleep(0.3)
+        # Release the subscribers' long polls before closing, as a workflow hosting a stream
+        # must (an update still running at the end is an error under pytest's warnings).
+        self.stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return {"closed": True}
 
 
 def sse(lines: list[str]) -> list[dict[str, Any]]:
@@ -345,7 +374,7 @@ async def test_sse_reconnecting_with_last_event_id_misses_nothing_and_repeats_no
         Worker(
             plain,
             task_queue=queue,
-            workflows=[StreamingRun],
+            workflows=[StreamingRun, StreamingThread],
             workflow_runner=UnsandboxedWorkflowRunner(),
         ),
         httpx.AsyncClient(
@@ -397,6 +426,15 @@ async def test_sse_reconnecting_with_last_event_id_misses_nothing_and_repeats_no
             base_url=web_server, headers={"Authorization": f"Bearer {OTHER}"}
         ) as other:
             assert (await other.get(url)).status_code == 403
+
+        # A thread's stream goes on past each execution's run_completed, until the thread ends.
+        thread = await client.start_workflow(
+            "AgentThread", {"agent": agent_name}, id=f"{agent_name}-thread", task_queue=queue
+        )
+        r = await http.get(f"/v1/threads/{thread.id}/stream")
+        got = [(e["data"]["execution"], e["data"]["type"]) for e in sse(r.text.splitlines())]
+        assert got == [(1, "step"), (1, "run_completed"), (2, "step"), (2, "run_completed")]
+        assert await thread.result() == {"closed": True}
 
 
 async def test_a_run_without_a_stream_is_refused_before_streaming(

@@ -60,7 +60,7 @@ async def target(
         client, workflow_id
     )
     if not access.allows(agent):
-        raise WebError(403, f"this token may not touch agent {agent!r}'s runs", field="id")
+        raise WebError(403, f"this token may not touch runs of agent {agent!r}", field="id")
     return Target(workflow_id, agent, description.workflow_type, description.status)
 
 

@@ -165,6 +165,8 @@ class Handlers:
         """`POST /v1/runs/{id}/decisions`: through the run's `decide` update."""
         req = await body(request, m.Decide)
         found = await self._target(request)
+        if found.status not in (None, WorkflowExecutionStatus.RUNNING):
+            raise WebError(409, f"{found.id!r} has closed: no call waits any more", field="id")
         decision = await toren_client.decide(
             await self._client(),
             found.id,
@@ -215,7 +217,7 @@ class Handlers:
         client = await self._client()
         await check_stream(client, found.id)
         return StreamingResponse(
-            sse_events(client, found.id, offset),
+            sse_events(client, found.id, offset, thread=found.workflow_type == "AgentThread"),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -11,8 +11,8 @@ data: {"type": "tool_call_started", "run_id": "...", "step": 2, ...}
 The `id` is the item's offset in the stream, so a client that reconnects with
 `Last-Event-ID: 7` (what `EventSource` sends by itself) gets offset 8 onwards: nothing missed,
 nothing twice. `?from=N` starts at offset N. The response ends after the run's
-`run_completed` or `run_failed` item, or when the workflow closes. Nothing is kept here: the
-offsets are the workflow's own.
+`run_completed` or `run_failed` item (a thread's when the thread closes). Nothing is kept
+here: the offsets are the workflow's own.
 """
 
 from __future__ import annotations
@@ -75,8 +75,13 @@ async def check_stream(client: Client, workflow_id: str) -> None:
         raise
 
 
-async def sse_events(client: Client, workflow_id: str, offset: int) -> AsyncIterator[str]:
-    """The SSE text of the stream from `offset`, ending after the run's final item."""
+async def sse_events(
+    client: Client, workflow_id: str, offset: int, *, thread: bool = False
+) -> AsyncIterator[str]:
+    """The SSE text of the stream from `offset`, ending after the run's final item.
+
+    A thread's stream goes on past each execution's `run_completed` until the thread closes.
+    """
     items = WorkflowStreamClient.create(client, workflow_id).subscribe([TOPIC], from_offset=offset)
     yield "retry: 1000\n\n"
     next_item: asyncio.Task[WorkflowStreamItem[Any]] | None = None
@@ -95,7 +100,7 @@ async def sse_events(client: Client, workflow_id: str, offset: int) -> AsyncIter
             next_item = None
             data = json.dumps(item.data, separators=(",", ":"))
             yield f"id: {item.offset}\ndata: {data}\n\n"
-            if isinstance(item.data, dict) and item.data.get("type") in FINAL:
+            if not thread and isinstance(item.data, dict) and item.data.get("type") in FINAL:
                 return
     finally:
         # The client left (or the run ended): stop the long poll rather than leave it open.
