@@ -263,6 +263,35 @@ def test_toren_serve_beyond_loopback_needs_tokens_or_the_insecure_flag() -> None
     assert "TOREN_WEB_TOKENS" in out.stderr and "--insecure-no-auth" in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "warning"),
+    [((), "every request on 127.0.0.1"), (("--host", "0.0.0.0", "--insecure-no-auth"), "0.0.0.0")],
+)
+def test_toren_serve_runs_open_on_loopback_or_when_told_with_a_warning(
+    dev_server: DevServer, args: tuple[str, ...], warning: str
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "TOREN_WEB_TOKENS"}
+    env["TEMPORAL_ADDRESS"] = dev_server.address
+    server = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/v1/inbox?agent=t_nobody", timeout=10)
+                break
+            except httpx.TransportError:
+                threading.Event().wait(0.1)
+        assert r.status_code == 200 and r.json() == {"inbox": []}
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=30)
+    assert "no TOREN_WEB_TOKENS" in out and warning in out, out
+
+
 def test_serve_without_the_web_extra_says_how_to_install_it() -> None:
     code = (
         "import sys; sys.modules['starlette'] = None\n"
