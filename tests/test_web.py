@@ -174,6 +174,11 @@ async def test_threads_answer_queue_and_list_messages(
         run = await http.post("/v1/runs", json={"agent": agent, "prompt": "x"})
         not_thread = await http.get(f"/v1/threads/{run.json()['run_id']}/messages")
         assert not_thread.status_code == 404
+        for path in ("", "/pending", "/events"):
+            r = await http.get(f"/v1/threads/{run.json()['run_id']}{path}")
+            assert r.status_code == 404 and "not a toren thread" in r.json()["error"]
+        # Under /v1/runs a thread's id works: it runs executions like a run.
+        assert (await http.get(f"/v1/runs/{thread_id}/pending")).json() == {"pending": []}
 
 
 async def test_requests_without_a_good_token_or_body_get_a_4xx_naming_why(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Awaitable, Callable
 
@@ -87,14 +88,17 @@ def create_app(client: Client | None = None, *, tokens: list[Token] | None = Non
         route("/v1/threads/{id}/messages", api.messages, "GET"),
         route("/v1/inbox", api.inbox, "GET"),
     ]
-    for prefix in ("/v1/runs", "/v1/threads"):
-        routes += [
-            route(prefix + "/{id}", api.run_status, "GET"),
-            route(prefix + "/{id}/pending", api.pending, "GET"),
-            route(prefix + "/{id}/decisions", api.decide, "POST"),
-            route(prefix + "/{id}/events", api.events, "GET"),
-            route(prefix + "/{id}/stream", api.stream, "GET"),
-        ]
+    # Under /v1/runs a thread's id works too (it runs executions); /v1/threads takes threads.
+    for prefix, thread_only in (("/v1/runs", False), ("/v1/threads", True)):
+        for path, handler, method in (
+            ("", api.status, "GET"),
+            ("/pending", api.pending, "GET"),
+            ("/decisions", api.decide, "POST"),
+            ("/events", api.events, "GET"),
+            ("/stream", api.stream, "GET"),
+        ):
+            endpoint = functools.partial(handler, thread_only=thread_only)
+            routes.append(route(f"{prefix}/{{id}}{path}", endpoint, method))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

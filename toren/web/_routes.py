@@ -10,7 +10,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -47,10 +47,7 @@ async def body(request: Request, model: type[Model]) -> Model:
         raise WebError(400, f"body is not valid JSON text: {err}") from None
     if not isinstance(data, dict):
         raise WebError(400, "body must be a JSON object")
-    try:
-        return model.model_validate(data)
-    except ValidationError:
-        raise
+    return model.model_validate(data)
 
 
 def _query_int(request: Request, name: str, default: int | None) -> int | None:
@@ -97,9 +94,9 @@ class Handlers:
         )
         return _out(m.RunStarted(run_id=handle.id, agent=req.agent), 201)
 
-    async def run_status(self, request: Request) -> Response:
-        """`GET /v1/runs/{id}` and `GET /v1/threads/{id}`."""
-        found = await self._target(request, thread_only=request.url.path.startswith("/v1/thr"))
+    async def status(self, request: Request, thread_only: bool = False) -> Response:
+        """`GET /v1/runs/{id}` (a run or a thread) and `GET /v1/threads/{id}`."""
+        found = await self._target(request, thread_only=thread_only)
         status = found.status or WorkflowExecutionStatus.RUNNING
         result = None
         if status == WorkflowExecutionStatus.COMPLETED:
@@ -155,16 +152,16 @@ class Handlers:
         found_messages = await toren_client.messages(await self._client(), found.id, start, limit)
         return _out(m.MessageList(messages=found_messages))
 
-    async def pending(self, request: Request) -> Response:
+    async def pending(self, request: Request, thread_only: bool = False) -> Response:
         """`GET /v1/runs/{id}/pending` (and for a thread)."""
-        found = await self._target(request)
+        found = await self._target(request, thread_only=thread_only)
         calls = await toren_client.pending(await self._client(), found.id)
         return _out(m.PendingList(pending=[m.Pending(**c.__dict__) for c in calls]))
 
-    async def decide(self, request: Request) -> Response:
+    async def decide(self, request: Request, thread_only: bool = False) -> Response:
         """`POST /v1/runs/{id}/decisions`: through the run's `decide` update."""
         req = await body(request, m.Decide)
-        found = await self._target(request)
+        found = await self._target(request, thread_only=thread_only)
         if found.status not in (None, WorkflowExecutionStatus.RUNNING):
             raise WebError(409, f"{found.id!r} has closed: no call waits any more", field="id")
         decision = await toren_client.decide(
@@ -202,18 +199,18 @@ class Handlers:
         ]
         return _out(m.InboxList(inbox=entries))
 
-    async def events(self, request: Request) -> Response:
+    async def events(self, request: Request, thread_only: bool = False) -> Response:
         """`GET /v1/runs/{id}/events`: the event log, derived from the history."""
-        found = await self._target(request)
+        found = await self._target(request, thread_only=thread_only)
         log: list[dict[str, Any]] = await toren_client.events(await self._client(), found.id)
         return _out(m.EventList(events=log))
 
-    async def stream(self, request: Request) -> Response:
+    async def stream(self, request: Request, thread_only: bool = False) -> Response:
         """`GET /v1/runs/{id}/stream`: Server-Sent Events from `Last-Event-ID` or `?from=`."""
         offset = start_offset(
             request.query_params.get("from"), request.headers.get("last-event-id")
         )
-        found = await self._target(request)
+        found = await self._target(request, thread_only=thread_only)
         client = await self._client()
         await check_stream(client, found.id)
         return StreamingResponse(
