@@ -33,7 +33,7 @@ NEVER_IN_THE_SANDBOX = ("httpx", "pypdf", "docx", "openpyxl", "psycopg", "yaml",
 
 PUBLIC_MODULES = {"toren.cli", "toren.client", "toren.connect", "toren.errors", "toren.testing",
                   "toren.worker", "toren.workflows", "toren.activities", "toren.models",
-                  "toren.tools"}  # fmt: skip
+                  "toren.tools", "toren.web"}  # fmt: skip
 """Modules a user may import by path; everything else behind them is a `_private` module."""
 
 

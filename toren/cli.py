@@ -11,6 +11,7 @@ toren check examples/support                load, validate, print tools and sche
 toren setup                                 register toren's search attributes
 toren attach report.pdf                     parse a file for read_attachment; prints its id
 toren replay RUN | history.json             replay against this code before you deploy it
+toren serve [--host H] [--port P]           the HTTP API (needs `pip install 'toren[web]'`)
 ```
 
 Connection settings come from Temporal's own env and config (TEMPORAL_ADDRESS, ...). The Web UI
@@ -368,6 +369,17 @@ async def cmd_decide(args: argparse.Namespace, approved: bool) -> int:
     return 0
 
 
+async def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from toren.web import serve
+    except ImportError as err:  # the web extra is optional
+        print(f"toren: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    await serve(args.host, args.port, insecure_no_auth=args.insecure_no_auth)
+    return 0
+
+
 async def cmd_check(args: argparse.Namespace) -> int:
     status = 0
     for folder in args.agent_dir:
@@ -496,6 +508,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
 
+    p = sub.add_parser("serve", help="serve the HTTP API (bearer tokens from TOREN_WEB_TOKENS)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve beyond loopback without TOREN_WEB_TOKENS (anyone may approve anything)",
+    )
+
     p = sub.add_parser("check", help="load and validate agent folders")
     p.add_argument("agent_dir", nargs="+")
     p.add_argument("--no-schemas", dest="schemas", action="store_false")
@@ -515,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "setup": cmd_setup,
         "attach": cmd_attach,
         "replay": cmd_replay,
+        "serve": cmd_serve,
         "approve": lambda a: cmd_decide(a, True),
         "deny": lambda a: cmd_decide(a, False),
     }

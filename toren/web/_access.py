@@ -1,0 +1,78 @@
+"""Which agent a run or thread belongs to, read from Temporal on each request.
+
+The `TorenAgent` search attribute when the run has set it; else the `agent` of the input the
+latest run started with (a run that has not had its first workflow task yet, or a namespace
+without toren's search attributes). Nothing is cached: any replica answers the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
+
+from toren._events import read_through
+from toren.web._auth import Access
+from toren.web._errors import WebError
+
+__all__ = ["Target", "target"]
+
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+WORKFLOW_TYPES = ("AgentRun", "AgentThread")
+MAX_ID = 1000
+
+
+@dataclass(frozen=True)
+class Target:
+    """A run or thread a request may touch."""
+
+    id: str
+    agent: str
+    workflow_type: str
+    status: WorkflowExecutionStatus | None
+
+
+async def target(
+    client: Client, workflow_id: str, access: Access, *, thread_only: bool = False
+) -> Target:
+    """Describe `workflow_id`; refuse it when it is no toren run or its agent is not allowed.
+
+    Raises:
+        WebError: 404 when there is no such run (or thread), 403 when the token may not touch
+            its agent.
+    """
+    what = "thread" if thread_only else "run"
+    if not workflow_id or len(workflow_id) > MAX_ID:
+        raise WebError(404, f"no {what} has that id", field="id")
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        description = await handle.describe()
+    except RPCError as err:
+        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise WebError(404, f"no {what} {workflow_id!r}", field="id") from None
+        raise
+    kinds = ("AgentThread",) if thread_only else WORKFLOW_TYPES
+    if description.workflow_type not in kinds:
+        raise WebError(404, f"{workflow_id!r} is not a toren {what}", field="id")
+    agent = description.typed_search_attributes.get(AGENT_KEY) or await _input_agent(
+        client, workflow_id
+    )
+    if not access.allows(agent):
+        raise WebError(403, f"this token may not touch runs of agent {agent!r}", field="id")
+    return Target(workflow_id, agent, description.workflow_type, description.status)
+
+
+async def _input_agent(client: Client, workflow_id: str) -> str:
+    handle = client.get_workflow_handle(workflow_id)
+    async for first in handle.fetch_history_events(page_size=1):
+        await read_through([first], client.data_converter)
+        payloads = first.workflow_execution_started_event_attributes.input.payloads
+        if payloads:
+            raw = client.data_converter.payload_converter.from_payloads([payloads[0]])[0]
+            if isinstance(raw, dict) and isinstance(raw.get("agent"), str):
+                return str(raw["agent"])
+        break
+    # An input without an agent fails the run at once (`InvalidRunInput`): nobody's agent.
+    return ""

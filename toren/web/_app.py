@@ -1,0 +1,107 @@
+"""The ASGI app: routes, bearer-token check, errors as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from temporalio.client import Client
+
+from toren.web._auth import Token, authorize, parse_tokens
+from toren.web._errors import answer, error_response
+from toren.web._openapi import openapi
+from toren.web._routes import Handlers
+
+__all__ = ["create_app"]
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class _Connection:
+    """The Temporal client: the one given, or one connected (`toren.connect`) on first use."""
+
+    def __init__(self, client: Client | None) -> None:
+        self._client = client
+        self._lock: asyncio.Lock | None = None
+
+    async def __call__(self) -> Client:
+        if self._client is None:
+            self._lock = self._lock or asyncio.Lock()
+            async with self._lock:
+                if self._client is None:
+                    from toren.connect import connect
+
+                    self._client = await connect()
+        return self._client
+
+
+def _guarded(handler: Endpoint, tokens: list[Token]) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        access = authorize(tokens, request.headers.get("authorization"))
+        if access is None:
+            return error_response(
+                401,
+                "a bearer token is required: Authorization: Bearer <token> (see TOREN_WEB_TOKENS)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        request.state.access = access
+        try:
+            return await handler(request)
+        except Exception as err:
+            return answer(err)  # re-raises what it cannot answer: a 500, logged by Starlette
+
+    return endpoint
+
+
+def create_app(client: Client | None = None, *, tokens: list[Token] | None = None) -> Starlette:
+    """The HTTP API as an ASGI app.
+
+    Args:
+        client: the Temporal client to use; default, one connected from Temporal's env and
+            config on the first request (`toren.connect.connect`).
+        tokens: the accepted bearer tokens; default, those of `TOREN_WEB_TOKENS`. With none,
+            every request is let in: `toren serve` allows that only on a loopback address.
+    """
+    if tokens is None:
+        tokens = parse_tokens(os.environ.get("TOREN_WEB_TOKENS"))
+    api = Handlers(_Connection(client))
+    document = openapi()
+
+    async def schema(request: Request) -> Response:
+        return JSONResponse(document)
+
+    def route(path: str, handler: Endpoint, method: str) -> Route:
+        return Route(path, _guarded(handler, tokens), methods=[method])
+
+    routes = [Route("/v1/openapi.json", schema, methods=["GET"])]
+    routes += [
+        route("/v1/runs", api.start_run, "POST"),
+        route("/v1/threads", api.start_thread, "POST"),
+        route("/v1/threads/{id}/messages", api.send_message, "POST"),
+        route("/v1/threads/{id}/messages", api.messages, "GET"),
+        route("/v1/inbox", api.inbox, "GET"),
+    ]
+    # Under /v1/runs a thread's id works too (it runs executions); /v1/threads takes threads.
+    for prefix, thread_only in (("/v1/runs", False), ("/v1/threads", True)):
+        for path, handler, method in (
+            ("", api.status, "GET"),
+            ("/pending", api.pending, "GET"),
+            ("/decisions", api.decide, "POST"),
+            ("/events", api.events, "GET"),
+            ("/stream", api.stream, "GET"),
+        ):
+            endpoint = functools.partial(handler, thread_only=thread_only)
+            routes.append(route(f"{prefix}/{{id}}{path}", endpoint, method))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return error_response(exc.status_code, exc.detail)
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})

@@ -1,0 +1,200 @@
+"""Request and response bodies of the HTTP API, as pydantic models (the OpenAPI schema's source).
+
+Requests forbid unknown fields, so a typo (`promt`) is an error naming the field instead of a
+silently ignored key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Answer",
+    "Decide",
+    "DecisionOut",
+    "Error",
+    "EventList",
+    "InboxEntry",
+    "InboxList",
+    "MessageList",
+    "Pending",
+    "PendingList",
+    "Queued",
+    "RunStarted",
+    "RunStatus",
+    "SendMessage",
+    "StartRun",
+    "StartThread",
+    "ThreadStarted",
+]
+
+AGENT = r"^[a-z][a-z0-9_]*$"
+"""An agent name, as in agent.yaml."""
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,199}$"
+"""A run, thread, user or message id toren accepts (as `toren.workflows._input` does)."""
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(_Request):
+    """`POST /v1/runs`: start an `AgentRun`."""
+
+    agent: str = Field(pattern=AGENT, max_length=100)
+    """The agent's name; its worker serves the task queue of that name."""
+    prompt: str = Field(min_length=1, max_length=100_000)
+    """The user's message that starts the run."""
+    arguments: dict[str, Any] | None = None
+    """Invocation arguments (`ctx.arguments`). Stored in history: never secrets."""
+    attachments: list[str] | None = Field(default=None, max_length=100)
+    """Attachment ids from `toren attach`."""
+    run_id: str | None = Field(default=None, pattern=IDENTIFIER)
+    """The run (workflow) id; default `<agent>-<random>`."""
+
+
+class StartThread(_Request):
+    """`POST /v1/threads`: start an `AgentThread`."""
+
+    agent: str = Field(pattern=AGENT, max_length=100)
+    """The agent's name; its worker serves the task queue of that name."""
+    thread_id: str | None = Field(default=None, pattern=IDENTIFIER)
+    """The thread (workflow) id; default `<agent>-thread-<random>`."""
+    user_id: str | None = Field(default=None, pattern=IDENTIFIER)
+    """Who the thread belongs to (`ctx.user_id`)."""
+    arguments: dict[str, Any] | None = None
+    """Invocation arguments for every execution (`ctx.arguments`)."""
+
+
+class SendMessage(_Request):
+    """`POST /v1/threads/{id}/messages`: one user message."""
+
+    content: str = Field(min_length=1, max_length=100_000)
+    """The message text."""
+    attachments: list[str] | None = Field(default=None, max_length=100)
+    """Attachment ids from `toren attach`."""
+    message_id: str | None = Field(default=None, pattern=IDENTIFIER)
+    """Makes a retry safe: a message id the thread has seen does not run twice."""
+    wait: bool = True
+    """Wait for the answer; `false` queues the message and answers at once (202)."""
+
+
+class Decide(_Request):
+    """`POST /v1/runs/{id}/decisions`: approve or deny a waiting call."""
+
+    call_id: str = Field(min_length=1, max_length=200)
+    """The waiting call (from `pending`)."""
+    approve: bool
+    """`true` to approve, `false` to deny."""
+    by: str | None = Field(default=None, min_length=1, max_length=200)
+    """Who decides (default `web`)."""
+    comment: str = Field(default="", max_length=10_000)
+    """Why; the model reads it on a denial."""
+
+
+class Error(BaseModel):
+    """Every error answer: what is wrong and, for a bad request, which field."""
+
+    error: str
+    field: str | None = None
+
+
+class RunStarted(BaseModel):
+    """A started run."""
+
+    run_id: str
+    agent: str
+
+
+class ThreadStarted(BaseModel):
+    """A started thread."""
+
+    thread_id: str
+    agent: str
+
+
+class RunStatus(BaseModel):
+    """A run or thread as Temporal describes it."""
+
+    id: str
+    agent: str
+    workflow_type: str
+    status: str
+    """running, completed, failed, canceled, terminated, continued_as_new or timed_out."""
+    result: Any = None
+    """The result, once completed."""
+
+
+class Pending(BaseModel):
+    """A call waiting for a decision."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    requested_at: str
+    reason: str
+    step: int
+    expires_at: str | None = None
+
+
+class PendingList(BaseModel):
+    """The calls of one run or thread waiting for a decision."""
+
+    pending: list[Pending]
+
+
+class InboxEntry(BaseModel):
+    """A waiting call somewhere in the namespace."""
+
+    run_id: str
+    agent: str
+    age_s: float
+    call: Pending
+
+
+class InboxList(BaseModel):
+    """Every waiting call this token may see, oldest first."""
+
+    inbox: list[InboxEntry]
+
+
+class DecisionOut(BaseModel):
+    """The decision as the run recorded it."""
+
+    call_id: str
+    approved: bool
+    by: str
+    comment: str
+    at: str
+    via: str
+
+
+class EventList(BaseModel):
+    """The event log (`toren events`)."""
+
+    events: list[dict[str, Any]]
+
+
+class MessageList(BaseModel):
+    """A thread's conversation from `start`."""
+
+    messages: list[dict[str, Any]]
+
+
+class Answer(BaseModel):
+    """The outcome of a message's execution (`text`, `steps`, `usage`, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    message_id: str | None = None
+    status: str | None = None
+    text: str | None = None
+
+
+class Queued(BaseModel):
+    """A message queued with `wait=false`."""
+
+    message_id: str
+    status: str

@@ -1,0 +1,195 @@
+"""The OpenAPI 3.1 document of the API, built from the pydantic models in `toren.web._models`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from toren.web import _models as m
+
+__all__ = ["openapi"]
+
+_REQUESTS: tuple[type[BaseModel], ...] = (m.StartRun, m.StartThread, m.SendMessage, m.Decide)
+_RESPONSES: tuple[type[BaseModel], ...] = (
+    m.Error, m.RunStarted, m.ThreadStarted, m.RunStatus, m.PendingList, m.InboxList,
+    m.DecisionOut, m.EventList, m.MessageList, m.Answer, m.Queued,
+)  # fmt: skip
+_ERRORS = {
+    "400": "a malformed request (the field is named)",
+    "401": "no bearer token, or an unknown one",
+    "403": "the token may not touch this agent",
+    "404": "no such run or thread",
+    "409": "refused by the run: decided already, closed, failed, exists already",
+    "413": "body too large",
+    "422": "the body does not fit its schema (the field is named)",
+}
+_ID = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 1000},
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _op(
+    summary: str,
+    ok: dict[str, dict[str, Any]],
+    *,
+    request: type[BaseModel] | None = None,
+    params: list[dict[str, Any]] | None = None,
+    errors: tuple[str, ...] = ("400", "401", "403", "404"),
+) -> dict[str, Any]:
+    responses = dict(ok)
+    for code in errors:
+        responses[code] = _json(m.Error, _ERRORS[code])
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if params:
+        op["parameters"] = params
+    if request is not None:
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(request)}},
+        }
+    return op
+
+
+def _int_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "integer", "minimum": 0, "maximum": 999_999_999},
+    }
+
+
+def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
+    stream = {
+        "200": {
+            "description": "Server-Sent Events: `id` the offset, `data` the JSON item",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    }
+    last_event_id = {
+        "name": "Last-Event-ID",
+        "in": "header",
+        "required": False,
+        "description": "resume after this offset (an `EventSource` sends it on reconnecting)",
+        "schema": {"type": "string", "pattern": "^[0-9]{0,18}$"},
+    }
+    body_errors = ("400", "401", "403", "404", "409", "413", "422")
+    return {
+        f"{prefix}/{{id}}": {
+            "get": _op(f"the {what}'s status", {"200": _json(m.RunStatus, "ok")}, params=[_ID])
+        },
+        f"{prefix}/{{id}}/pending": {
+            "get": _op(
+                f"the {what}'s calls waiting for a decision",
+                {"200": _json(m.PendingList, "ok")},
+                params=[_ID],
+            )
+        },
+        f"{prefix}/{{id}}/decisions": {
+            "post": _op(
+                "approve or deny a waiting call (the `decide` update)",
+                {"200": _json(m.DecisionOut, "the recorded decision")},
+                request=m.Decide,
+                params=[_ID],
+                errors=body_errors,
+            )
+        },
+        f"{prefix}/{{id}}/events": {
+            "get": _op(f"the {what}'s event log", {"200": _json(m.EventList, "ok")}, params=[_ID])
+        },
+        f"{prefix}/{{id}}/stream": {
+            "get": _op(
+                f"the {what}'s stream as Server-Sent Events",
+                stream,
+                params=[_ID, _int_param("from", "first offset to send"), last_event_id],
+                errors=("400", "401", "403", "404", "409"),
+            )
+        },
+    }
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI document served at `/v1/openapi.json`."""
+    _, schemas = models_json_schema(
+        [(model, "validation") for model in _REQUESTS]
+        + [(model, "serialization") for model in _RESPONSES],
+        ref_template="#/components/schemas/{model}",
+    )
+    body_errors = ("400", "401", "403", "404", "409", "413", "422")
+    paths: dict[str, Any] = {
+        "/v1/runs": {
+            "post": _op(
+                "start a run",
+                {"201": _json(m.RunStarted, "started")},
+                request=m.StartRun,
+                errors=("400", "401", "403", "409", "413", "422"),
+            )
+        },
+        "/v1/threads": {
+            "post": _op(
+                "start a thread",
+                {"201": _json(m.ThreadStarted, "started")},
+                request=m.StartThread,
+                errors=("400", "401", "403", "409", "413", "422"),
+            )
+        },
+        "/v1/threads/{id}/messages": {
+            "post": _op(
+                "send a message; waits for the answer unless `wait` is false",
+                {"200": _json(m.Answer, "the answer"), "202": _json(m.Queued, "queued")},
+                request=m.SendMessage,
+                params=[_ID],
+                errors=body_errors,
+            ),
+            "get": _op(
+                "the thread's messages",
+                {"200": _json(m.MessageList, "ok")},
+                params=[_ID, _int_param("start", "first index"), _int_param("limit", "at most")],
+            ),
+        },
+        "/v1/inbox": {
+            "get": _op(
+                "every waiting call this token may see, oldest first",
+                {"200": _json(m.InboxList, "ok")},
+                params=[
+                    {
+                        "name": "agent",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "pattern": m.AGENT, "maxLength": 100},
+                    }
+                ],
+                errors=("400", "401", "403"),
+            )
+        },
+        **_workflow_paths("/v1/runs", "run"),
+        **_workflow_paths("/v1/threads", "thread"),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "toren",
+            "version": "1",
+            "description": "Durable LLM agents on Temporal: runs, threads, approvals, events.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
