@@ -15,13 +15,16 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
 
 from tests.conftest import fetch_history, secret, task_failures, wait_for
 from toren import ConfigError, load_agent
 from toren import client as toren_client
 from toren._events import render
+from toren._plugin import TorenPlugin, workflow_runner
 from toren.worker import serve
+from toren.workflows import AgentRun, AgentThread
 
 DEMO = Path(__file__).resolve().parent / "mcp_servers" / "demo.py"
 
@@ -119,6 +122,15 @@ async def test_lists_calls_validates_and_reports_errors(
 
     text, history, calls = await run(client, folder)
     assert text == "done"
+    # The recorded spec is what a replay reads: no worker, no server.
+    replayer = Replayer(
+        workflows=[AgentRun, AgentThread],
+        workflow_runner=workflow_runner(),
+        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+    )
+    await replayer.replay_workflow(
+        WorkflowHistory.from_json(history.workflow_id, history.to_json())
+    )
     assert (calls["ok"]["result"], calls["ok"]["isError"]) == ("5", False)
     assert calls["bad"]["isError"]
     assert calls["bad"]["result"].startswith("invalid arguments for demo__add: ")
@@ -167,6 +179,22 @@ async def test_a_server_that_hangs_hits_the_timeout(
     assert calls["h"]["isError"]
     assert calls["h"]["result"] == "tool demo__hang timed out after 1500ms"
     assert text == "then 3"  # the same session still answers other calls
+
+
+async def test_a_keyed_call_sends_its_idempotency_key(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    folder = make_agent(
+        mcp_servers={"demo": stdio(tools={"key": None}), "loose": stdio(idempotency="none",
+                                                                       tools=["key"])},
+        script=[
+            {"tool_calls": [{"id": "k", "name": "demo__key"}, {"id": "n", "name": "loose__key"}]},
+            "done",
+        ],
+    )  # fmt: skip
+    _, history, calls = await run(client, folder)
+    assert calls["k"]["result"] == f"{history.workflow_id}:1:k"  # the same on every attempt
+    assert calls["n"]["result"] == "none"
 
 
 async def test_a_gated_mcp_tool_waits_for_approval(

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("demo")
@@ -49,6 +49,13 @@ def die_once(marker: str) -> str:
 def token() -> str:
     """The DEMO_TOKEN this process was given (a secret the redactor must catch)."""
     return f"token is {os.environ.get('DEMO_TOKEN', 'unset')}"
+
+
+@server.tool()
+def key(ctx: Context) -> str:
+    """The idempotency key toren sent in the request's `_meta`."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("io.toren/idempotency_key", "none"))
 
 
 if __name__ == "__main__":
