@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import sys
@@ -44,6 +45,13 @@ def free_port() -> int:
 def http_server() -> Iterator[tuple[str, list[str]]]:
     """The demo server over streamable HTTP (uvicorn in a thread): its URL, and the
     Authorization headers it received."""
+    with serving_http(free_port()) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving_http(port: int) -> Iterator[tuple[str, list[str]]]:
+    """Serve the demo server over streamable HTTP on `port` while the block runs."""
     import uvicorn
     from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -59,7 +67,6 @@ def http_server() -> Iterator[tuple[str, list[str]]]:
         await inner(scope, receive, send)
 
     asgi: ASGIApp = app
-    port = free_port()
     web = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=web.run, daemon=True)
     thread.start()
@@ -67,9 +74,11 @@ def http_server() -> Iterator[tuple[str, list[str]]]:
     while not web.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert web.started
-    yield f"http://127.0.0.1:{port}/mcp", seen
-    web.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", seen
+    finally:
+        web.should_exit = True
+        thread.join(10)
 
 
 def completed(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -251,6 +260,34 @@ async def test_http_server_with_a_header_secret_and_a_stdio_env_secret(
     assert calls["t"]["result"] == "token is [redacted]"  # the server got the env value
     raw = history.to_json()
     assert token not in raw and demo_token not in raw
+
+
+async def test_a_server_down_at_start_joins_a_later_run(
+    client: Client,
+    make_agent: Callable[..., Path],
+    agent_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from toren.activities._mcp_pool import McpPool
+
+    monkeypatch.setattr(McpPool, "refresh_every_s", 0.0)
+    port = free_port()
+    folder = make_agent(
+        mcp_servers={"remote": {"url": f"http://127.0.0.1:{port}/mcp", "tools": ["add"]}},
+        script=[
+            {"tool_calls": [{"id": "r", "name": "remote__add", "args": {"a": 1, "b": 1}}]},
+            "got {last_tool_result}",
+        ],
+    )  # fmt: skip
+    async with serve(client, [folder], environ={}) as runtime:
+        assert "remote__add" not in runtime.agents[agent_name].agent.tools  # down at start
+        with serving_http(port):
+            handle = await toren_client.start_run(client, folder.name, "go")
+            result = await handle.result()
+    assert result.text == "got 2"  # listed at the run's start, run by the dynamic activity
+    history = await fetch_history(client, handle.id)
+    assert not task_failures(history)
+    assert scheduled(history) == [f"{agent_name}.remote__add"]
 
 
 def check(folder: Path, **environ: str) -> subprocess.CompletedProcess[str]:

@@ -59,6 +59,7 @@ async def _attach_mcp(runtime: AgentRuntime) -> Callable[[], Awaitable[None]]:
     """
     pool = McpPool()
     await pool.attach(runtime.agents.values())
+    runtime.mcp = pool
     return pool.close
 
 

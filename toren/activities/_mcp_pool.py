@@ -10,7 +10,8 @@ await pool.close()                           # stops every stdio server
 `attach` lists each declared server's tools and adds them to the agent as `Tool`s, so they are
 in the spec every run records (`toren.agent_spec`): a replay reads the recorded list and never
 needs a live server. A server that cannot be reached at start is logged and its tools are left
-out of this worker's runs; `toren check` says why.
+out of runs until it answers: a run's start tries it again (`refresh`, at most every 30 s), and
+its tools, registered late, run through the worker's dynamic activity; `toren check` says why.
 
 A call that finds its server gone (a stdio server that died, an HTTP server that went away)
 closes the session and raises a retryable error: Temporal retries the call within the tool's
@@ -64,15 +65,15 @@ class _Connection:
         self.session: ClientSession | None = None
         self.closed = False
 
-    async def open(self) -> ClientSession:
+    async def open(self, timeout_s: float = LIST_TIMEOUT_S) -> ClientSession:
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._hold(ready), name=f"mcp {self._server}")
         try:
-            async with asyncio.timeout(LIST_TIMEOUT_S):
+            async with asyncio.timeout(timeout_s):
                 self.session = await asyncio.shield(ready)
         except TimeoutError:
             await self.close()
-            raise ConnectionError(f"no answer in {LIST_TIMEOUT_S:g}s") from None
+            raise ConnectionError(f"no answer in {timeout_s:g}s") from None
         except BaseException:
             await self.close()
             raise
@@ -109,7 +110,13 @@ class _Connection:
 class McpPool:
     """The MCP sessions of one worker, one per (agent, server)."""
 
+    refresh_every_s = 30.0
+    """How often a run's start may try again a server that could not be listed."""
+    refresh_timeout_s = 5.0
+    """How long that try may hold up the run's start."""
+
     def __init__(self) -> None:
+        self._tried: dict[tuple[str, str], float] = {}
         self._connections: dict[tuple[str, str], _Connection] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._agents: dict[str, LoadedAgent] = {}
@@ -129,12 +136,33 @@ class McpPool:
                 jobs.append(self._attach_one(loaded, server))
         await asyncio.gather(*jobs)
 
-    async def _attach_one(self, loaded: LoadedAgent, server: str) -> None:
+    async def refresh(self, agent: str) -> None:
+        """Try again the servers of `agent` that could not be listed.
+
+        At most every `refresh_every_s`; a server that answers now adds its tools for the runs
+        to come (this one included: its spec is read after this).
+        """
+        now = asyncio.get_running_loop().time()
+        due = [
+            server
+            for (name, server) in list(self.unreachable)
+            if name == agent and now - self._tried.get((name, server), 0.0) >= self.refresh_every_s
+        ]
+        if due:
+            loaded = self._agents[agent]
+            await asyncio.gather(
+                *(self._attach_one(loaded, s, self.refresh_timeout_s) for s in due)
+            )
+
+    async def _attach_one(
+        self, loaded: LoadedAgent, server: str, timeout_s: float = LIST_TIMEOUT_S
+    ) -> None:
         agent = loaded.agent
         config = agent.config.mcp_servers[server]
+        self._tried[(agent.name, server)] = asyncio.get_running_loop().time()
         try:
-            session = await self._session(loaded.agent.name, server)
-            async with asyncio.timeout(LIST_TIMEOUT_S):
+            session = await self._session(loaded.agent.name, server, timeout_s)
+            async with asyncio.timeout(timeout_s):
                 listed = await session.list_tools()
         except Exception as err:
             why = loaded.redactor().text(reason(err))
@@ -148,6 +176,10 @@ class McpPool:
                 why,
             )
             return
+        if self.unreachable.pop((agent.name, server), None) is not None:
+            log.info(
+                "agent %s: MCP server %r answers now; its tools join new runs", agent.name, server
+            )
         source = f"{agent.folder / 'agent.yaml'}: mcp_servers.{server}"
         tools, skipped = mcp_tools(server, config, listed.tools, self.caller(agent.name), source)
         for tool in tools:
@@ -199,7 +231,9 @@ class McpPool:
             raise _unavailable(server, err) from None
         return call_result(f"{server}{SEPARATOR}{tool}", result)
 
-    async def _session(self, agent: str, server: str) -> ClientSession:
+    async def _session(
+        self, agent: str, server: str, timeout_s: float = LIST_TIMEOUT_S
+    ) -> ClientSession:
         key = (agent, server)
         async with self._locks.setdefault(key, asyncio.Lock()):
             held = self._connections.get(key)
@@ -209,7 +243,7 @@ class McpPool:
                 await held.close()
             connection = _Connection(self._agents[agent], server)
             self._connections[key] = connection
-            return await connection.open()
+            return await connection.open(timeout_s)
 
     async def _drop(self, agent: str, server: str) -> None:
         connection = self._connections.pop((agent, server), None)
