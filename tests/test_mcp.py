@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -173,6 +175,27 @@ async def test_a_server_killed_mid_call_is_restarted_and_the_call_retried(
     assert 2 in attempts  # the attempt that completed (the first was lost with the server)
 
 
+async def test_a_server_that_died_idle_is_started_again_before_the_next_call(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts.txt"
+    folder = make_agent(
+        env={"required": ["DEMO_STARTS"]},
+        mcp_servers={"demo": stdio(env=["DEMO_STARTS"], max_attempts=1, tools=["add"])},
+        script=[
+            {"tool_calls": [{"id": "a", "name": "demo__add", "args": {"a": 1, "b": 2}}]},
+            "got {last_tool_result}",
+        ],
+    )  # fmt: skip
+    async with serve(client, [folder], environ={"DEMO_STARTS": str(starts)}):
+        first = await toren_client.run_agent(client, folder.name, "go")
+        os.kill(int(starts.read_text().split()[0]), signal.SIGKILL)
+        second = await toren_client.run_agent(client, folder.name, "again")
+    # One attempt allowed: the second call only works because the pool restarted the server.
+    assert (first.text, second.text) == ("got 3", "got 3")
+    assert len(starts.read_text().split()) == 2
+
+
 async def test_a_server_that_hangs_hits_the_timeout(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
@@ -291,8 +314,6 @@ async def test_a_server_down_at_start_joins_a_later_run(
 
 
 def check(folder: Path, **environ: str) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run(
         [sys.executable, "-m", "toren.cli", "check", str(folder)],
         capture_output=True,

@@ -47,6 +47,8 @@ __all__ = ["McpPool"]
 
 log = logging.getLogger("toren")
 
+PING_TIMEOUT_S = 2.0
+"""Seconds a stdio server has to answer the ping before each call, or it is started again."""
 CLOSE_TIMEOUT_S = 10.0
 """Seconds a session gets to close (a stdio server: stdin closed, then SIGTERM, then SIGKILL)."""
 
@@ -217,7 +219,7 @@ class McpPool:
         keyed = loaded.agent.tools[f"{server}{SEPARATOR}{tool}"].idempotency == "keyed"
         meta: Any = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if keyed else None
         try:
-            session = await self._session(agent, server)
+            session = await self._live_session(agent, server)
             result = await session.call_tool(tool, args, meta=meta)
         except MCPError as err:
             if err.error.code != CONNECTION_CLOSED:
@@ -230,6 +232,26 @@ class McpPool:
             await self._drop(agent, server)
             raise _unavailable(server, err) from None
         return call_result(f"{server}{SEPARATOR}{tool}", result)
+
+    async def _live_session(self, agent: str, server: str) -> ClientSession:
+        """The session, after a ping for a stdio server.
+
+        One that died while idle is started again before the call, so the call does not spend
+        an attempt finding out.
+        """
+        session = await self._session(agent, server)
+        if self._agents[agent].agent.config.mcp_servers[server].command is None:
+            return session  # HTTP: a ping would cost a request; a failed call retries
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await session.send_ping()
+        except Exception as err:
+            log.info(
+                "MCP server %r did not answer a ping (%s); starting it again", server, reason(err)
+            )
+            await self._drop(agent, server)
+            session = await self._session(agent, server)
+        return session
 
     async def _session(
         self, agent: str, server: str, timeout_s: float = LIST_TIMEOUT_S
