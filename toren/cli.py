@@ -394,7 +394,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
                 schema = json.dumps(tool.schema, indent=2).replace("\n", "\n    ")
                 print(f"    {schema}")
         for name, server in agent.config.mcp_servers.items():
-            defaulted += await _check_mcp(agent.folder, name, server)
+            defaulted += await _check_mcp(agent.folder, name, server, limits.max_attempts_per_task)
         if defaulted:
             print(
                 f"  * not declared by the tool: a default (timeout_ms {DEFAULT_TOOL_TIMEOUT_MS}, "
@@ -404,7 +404,9 @@ async def cmd_check(args: argparse.Namespace) -> int:
     return status
 
 
-async def _check_mcp(folder: Path, name: str, server: McpServerConfig) -> list[str]:
+async def _check_mcp(
+    folder: Path, name: str, server: McpServerConfig, default_attempts: int | None
+) -> list[str]:
     """Print what MCP server `name` lists, or why it could not be reached.
 
     Returns the tools that rely on a default timeout or attempts.
@@ -424,7 +426,7 @@ async def _check_mcp(folder: Path, name: str, server: McpServerConfig) -> list[s
     defaulted = []
     for tool in tools:
         timeout = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
-        attempts = tool.max_attempts or DEFAULT_TOOL_ATTEMPTS
+        attempts = tool.max_attempts or default_attempts or DEFAULT_TOOL_ATTEMPTS
         marks = ("" if tool.timeout_ms else "*", "" if tool.max_attempts else "*")
         if "*" in marks:
             defaulted.append(str(tool.name))
