@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from toren._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren._problems import also_report, describe, problems_at
 from toren._types import ModelRetry
 
@@ -282,6 +283,9 @@ class AgentConfig(_Strict):
             raise ValueError(f"must be true, false or a block of batchMs; got {value!r}")
         return value
 
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """MCP servers whose tools the agent may call, by name (`toren._mcp_config`)."""
+
     @field_validator("name")
     @classmethod
     def _snake_case(cls, name: str) -> str:
@@ -353,6 +357,28 @@ class AgentConfig(_Strict):
                 "one, or remove run_process from builtin_tools"
             )
         return processes
+
+    @field_validator("mcp_servers", mode="wrap")
+    @classmethod
+    def _mcp_env_declared(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        # Compared on the raw blocks, so each server's other mistakes come out in the same pass.
+        env = None if _partial(info) else info.data.get("env")
+        problems = []
+        for name, server in value.items() if isinstance(value, dict) else ():
+            problem = server_name_problem(str(name))
+            if problem:
+                problems.append(problem)
+            if env is None:
+                continue
+            problems += [
+                f"{name}: {n!r} is not declared in agent.yaml `env`; add it under env.required "
+                "or env.optional"
+                for n in env_names(server)
+                if n not in env.required and n not in env.optional
+            ]
+        return also_report(lambda: handler(value), None, problems, value)
 
 
 class ConfigRead(NamedTuple):

@@ -44,6 +44,7 @@ from toren import client as toren_client
 from toren._agent import load_agent
 from toren._events import EventStream, format_event
 from toren._live_print import LivePrinter
+from toren._mcp_config import McpServerConfig
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.errors import ConfigError, TorenError
@@ -432,6 +433,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
             if args.schemas:
                 schema = json.dumps(tool.schema, indent=2).replace("\n", "\n    ")
                 print(f"    {schema}")
+        for name, server in agent.config.mcp_servers.items():
+            defaulted += await _check_mcp(agent.folder, name, server, limits.max_attempts_per_task)
         if defaulted:
             print(
                 f"  * not declared by the tool: a default (timeout_ms {DEFAULT_TOOL_TIMEOUT_MS}, "
@@ -439,6 +442,41 @@ async def cmd_check(args: argparse.Namespace) -> int:
                 f"relying on defaults: {', '.join(defaulted)}"
             )
     return status
+
+
+async def _check_mcp(
+    folder: Path, name: str, server: McpServerConfig, default_attempts: int | None
+) -> list[str]:
+    """Print what MCP server `name` lists, or why it could not be reached.
+
+    Returns the tools that rely on a default timeout or attempts.
+    """
+    from toren._mcp import check_server, describe_server, reason
+
+    try:
+        tools, skipped = await check_server(folder, name, server, os.environ)
+    except Exception as err:
+        where = describe_server(server)
+        print(f"  ! mcp server {name} ({where}): could not reach it: {reason(err)}")
+        print("    a worker would serve the agent without its tools")
+        return []
+    print(f"  mcp server {name} ({describe_server(server)}): {len(tools)} tool(s)")
+    for problem in skipped:
+        print(f"  ! {problem}")
+    defaulted = []
+    for tool in tools:
+        timeout = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
+        attempts = tool.max_attempts or default_attempts or DEFAULT_TOOL_ATTEMPTS
+        marks = ("" if tool.timeout_ms else "*", "" if tool.max_attempts else "*")
+        if "*" in marks:
+            defaulted.append(str(tool.name))
+        print(
+            f"  tool {tool.name}: effects={tool.effects} idempotency={tool.idempotency} "
+            f"approval={tool.approval_kind} timeout_ms={timeout}{marks[0]} "
+            f"max_attempts={attempts}{marks[1]}"
+        )
+        print(f"    {tool.description}")
+    return defaulted
 
 
 def _one_line(value: Any, limit: int = 160) -> str:

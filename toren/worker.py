@@ -28,6 +28,7 @@ from toren._agent import Agent
 from toren._plugin import workflow_runner
 from toren._storage import close_storage
 from toren._telemetry import Telemetry, providers_from_env
+from toren.activities._mcp_pool import McpPool
 from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
 from toren.models._base import ModelProvider
@@ -51,6 +52,17 @@ async def _check_search_attributes(client: Client, runtime: AgentRuntime) -> Non
             client.namespace,
             ", ".join(absent),
         )
+
+
+async def _attach_mcp(runtime: AgentRuntime) -> Callable[[], Awaitable[None]]:
+    """List the agents' MCP servers (their tools join the agents before activities register).
+
+    Returns what stops the pool's servers at shutdown.
+    """
+    pool = McpPool()
+    await pool.attach(runtime.agents.values())
+    runtime.mcp = pool
+    return pool.close
 
 
 def build_workers(
@@ -98,8 +110,9 @@ async def serve(
     )
     runtime.telemetry = Telemetry(tracer_provider, meter_provider)
     await _check_search_attributes(client, runtime)
-    workers = build_workers(client, runtime, graceful_shutdown_timeout)
     async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(await _attach_mcp(runtime))
+        workers = build_workers(client, runtime, graceful_shutdown_timeout)
         for worker in workers:
             await stack.enter_async_context(worker)
         yield runtime
@@ -125,6 +138,7 @@ async def run_worker(
     runtime.telemetry = Telemetry(*providers_from_env())
     client = client or await (connect or default_connect)()
     await _check_search_attributes(client, runtime)
+    close_mcp = await _attach_mcp(runtime)
     workers = build_workers(client, runtime)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -150,5 +164,6 @@ async def run_worker(
     log.info("shutting down: in-flight calls get %s to finish", GRACEFUL_SHUTDOWN)
     await asyncio.gather(*(w.shutdown() for w in workers))
     runtime.telemetry.flush()
+    await close_mcp()
     await close_storage(client.data_converter)
     stopper.cancel()

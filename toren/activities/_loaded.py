@@ -82,7 +82,8 @@ class LoadedAgent:
         """Values to keep out of history, by name (short ones included; see `toren._redact`).
 
         The required env (keys, passwords, tokens); the optional env the worker's environment
-        set, unless it is the default agent.yaml already shows or a number or yes/no word; and
+        set, unless it is the default agent.yaml already shows or a number or yes/no word; every
+        value an MCP server gets (`mcp_servers`: headers and stdio env); and
         the `secret` variables of every tool of the agent, since a tool may invoke another.
         """
         environ = os.environ if environ is None else environ
@@ -93,6 +94,10 @@ class LoadedAgent:
                 continue
             if not _PLAIN.fullmatch(value.strip()):
                 found[name] = value
+        # What an MCP server gets (a header's token, a stdio server's env) is secret, whatever
+        # it looks like: it is a credential to another system.
+        for server in self.agent.config.mcp_servers.values():
+            found.update({n: self.env[n] for n in server.env_used() if self.env.get(n)})
         for tool in self.agent.tools.values():
             for var in tool.variables:
                 if var.type == "secret" and environ.get(var.name):

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from toren._agent import Agent, load_agent, process_specs
@@ -38,6 +39,7 @@ from toren._types import (
     ToolCallResult,
 )
 from toren.activities._loaded import LoadedAgent
+from toren.activities._mcp_pool import McpPool
 from toren.activities._tool_call import (
     missing_variables,
     read_transcript,
@@ -68,6 +70,8 @@ class AgentRuntime:
         """toren's search attributes the namespace has; set by the worker at start."""
         self.queues: dict[str, set[str]] = {}
         """Agent → the task queues where a worker registers its tool activities."""
+        self.mcp: McpPool | None = None
+        """The worker's MCP sessions, once it listed the agents' `mcp_servers`."""
 
     def serve_on(self, task_queue: str, agents: Sequence[LoadedAgent] | None = None) -> None:
         """Note that a worker on `task_queue` registers `agents`' tools (default: all)."""
@@ -166,6 +170,8 @@ class AgentRuntime:
                 # The workflow runs native tools; the model's provider runs provider tools.
                 if not tool.native and tool.execution_mode == "local":
                     acts.append(self._tool_activity(a, tool))
+        if any(a.agent.config.mcp_servers for a in served):
+            acts.append(self._late_tool_activity())
         return acts
 
     def _get(self, agent: str) -> LoadedAgent:
@@ -203,6 +209,8 @@ class AgentRuntime:
                 type="WrongTaskQueue",
                 non_retryable=True,
             )
+        if self.mcp is not None:
+            await self.mcp.refresh(agent)
         return loaded.spec(self.search_attributes)
 
     @activity.defn(name="toren.check_approval")
@@ -379,6 +387,26 @@ class AgentRuntime:
             return result
 
         return run_tool
+
+    def _late_tool_activity(self) -> Callable[..., Any]:
+        """The dynamic activity running MCP tools listed after the worker registered its own."""
+
+        @activity.defn(dynamic=True)
+        async def run_late_tool(args: Sequence[RawValue]) -> ToolCallResult:
+            agent, _, name = activity.info().activity_type.partition(".")
+            loaded = self._get(agent)
+            tool = loaded.agent.tools.get(name)
+            if tool is None or not args:
+                raise ApplicationError(
+                    f"this worker has no tool {name!r} of agent {agent!r}",
+                    type="UnknownTool",
+                    non_retryable=True,
+                )
+            input = activity.payload_converter().from_payload(args[0].payload, ToolCallInput)
+            result: ToolCallResult = await self._tool_activity(loaded, tool)(input)
+            return result
+
+        return run_late_tool
 
 
 @contextlib.contextmanager
