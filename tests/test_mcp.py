@@ -407,3 +407,19 @@ def test_header_names_and_values_are_checked(make_agent: Callable[..., Path]) ->
     text = str(err.value)
     assert "mcp_servers.remote.headers: 'Bad Header' is not an HTTP header name" in text
     assert "unknown key 'mcp_servers.remote.headers.X-Key.prefx'" in text
+
+
+async def test_an_mcp_tool_named_like_an_agent_tool_stops_the_worker(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    own = """
+from toren import define_tool
+tool = define_tool(description="A local tool with an MCP tool's name.", handler=lambda a, c: "own")
+"""
+    folder = make_agent(tools={"demo__add": own}, mcp_servers={"demo": stdio(tools=["add"])})
+    with pytest.raises(ConfigError) as failed:
+        async with serve(client, [folder]):
+            pass
+    text = str(failed.value)
+    assert "mcp_servers.demo: MCP tool 'demo__add' has the name of" in text
+    assert "demo__add.py" in text

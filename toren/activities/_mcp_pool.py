@@ -39,6 +39,7 @@ from toren._mcp import (
     reason,
 )
 from toren.activities._loaded import LoadedAgent
+from toren.errors import ConfigError
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -124,12 +125,17 @@ class McpPool:
         self._agents: dict[str, LoadedAgent] = {}
         self.unreachable: dict[tuple[str, str], str] = {}
         """(agent, server) → why listing it at start failed."""
+        self.collisions: list[str] = []
+        """MCP tools whose names another tool of the agent already has."""
 
     async def attach(self, agents: Iterable[LoadedAgent]) -> None:
         """List every declared server of `agents` and add its tools to the agent.
 
-        Servers are listed concurrently. A tool whose name is taken by one of the agent's own
-        tools is left out, with a warning.
+        Servers are listed concurrently.
+
+        Raises:
+            ConfigError: an MCP tool's name is taken by one of the agent's own tools or a
+                built-in: the worker does not start rather than pick one of the two.
         """
         jobs = []
         for loaded in agents:
@@ -137,6 +143,8 @@ class McpPool:
             for server in loaded.agent.config.mcp_servers:
                 jobs.append(self._attach_one(loaded, server))
         await asyncio.gather(*jobs)
+        if self.collisions:
+            raise ConfigError(self.collisions)
 
     async def refresh(self, agent: str) -> None:
         """Try again the servers of `agent` that could not be listed.
@@ -188,6 +196,11 @@ class McpPool:
             assert tool.name
             held = agent.tools.get(tool.name)
             if held is not None and held.annotations.get("mcp_server") != server:
+                # At start this stops the worker (`attach`); later, the tool stays out.
+                self.collisions.append(
+                    f"{source}: MCP tool {tool.name!r} has the name of {held.source}; rename "
+                    "the server or the tool, or leave it out with tools:"
+                )
                 skipped.append(f"{tool.name!r} is also the name of {held.source}; left out")
                 continue
             agent.tools[tool.name] = tool

@@ -1,0 +1,215 @@
+"""What live output costs: history bytes and time per turn with streaming on and off, and how
+soon a subscriber sees a provider's first token.
+
+```bash
+.venv/bin/python -m bench.perf.streaming                  # 10 turns, 3 repeats, 2,000-token answer
+.venv/bin/python -m bench.perf.streaming --turns 20 --repeats 5
+```
+
+Two workloads, each run with `stream: false`, and with `stream: {batchMs: 200}` (the default):
+
+- scripted: the scripted mock, T tool turns of about 400 characters of text each, then an
+  answer; the mock streams its text in 8-character chunks with no delay (the cost of batching
+  alone).
+- 2,000-token answer: the OpenAI provider against a local fake server that streams an answer of
+  2,000 tokens (8,000 characters) in 400 chunks, 5 ms apart (2 s of generation). Reported: the
+  history bytes the answer added over streaming off, as a multiple of the answer's own size,
+  and the time from the server writing its first chunk to `toren.client.stream` yielding the
+  first `text_delta` (median over repeats).
+
+It starts its own dev server (SQLite in a temp dir, free ports) and a worker in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toren import client as toren_client
+from toren.connect import connect
+from toren.models._openai import OpenAIModel
+from toren.testing import FAST_DISPATCH, DevServer, free_port
+from toren.worker import serve
+
+TOOL = textwrap.dedent(
+    """
+    from toren import define_tool
+    tool = define_tool(description="No-op.", handler=lambda a, c: "x" * 200)
+    """
+)
+ANSWER_CHUNKS = 400
+CHUNK = "word " * 4  # 20 characters, about 5 tokens
+CHUNK_PAUSE_S = 0.005
+
+
+def agent(root: Path, name: str, script: list[Any] | None, stream: Any, model: str) -> Path:
+    folder = root / name
+    (folder / "tools").mkdir(parents=True)
+    config = {"name": name, "model": model, "stream": stream}
+    (folder / "agent.yaml").write_text(yaml.safe_dump(config))
+    (folder / "instructions.md").write_text("Benchmark agent.")
+    (folder / "tools" / "noop.py").write_text(TOOL)
+    if script is not None:
+        (folder / "mock_script.yaml").write_text(yaml.safe_dump(script))
+    return folder
+
+
+class FakeOpenAI:
+    """Streams ANSWER_CHUNKS chunks; notes when it wrote the first one."""
+
+    def __init__(self) -> None:
+        self.first_chunk_at: list[float] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        body = json.loads(await reader.readexactly(length))
+        streaming = bool(body.get("stream"))
+        if not streaming:
+            text = CHUNK * ANSWER_CHUNKS
+            await asyncio.sleep(CHUNK_PAUSE_S * ANSWER_CHUNKS)
+            payload = json.dumps(
+                {
+                    "id": "c",
+                    "model": "gpt-4o-mini",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2000},
+                }
+            ).encode()  # fmt: skip
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(payload)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+                + payload
+            )
+            await writer.drain()
+            writer.close()
+            return
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        )
+        for i in range(ANSWER_CHUNKS):
+            delta = {"content": CHUNK}
+            data = {"id": "c", "model": "gpt-4o-mini",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}  # fmt: skip
+            writer.write(f"data: {json.dumps(data)}\n\n".encode())
+            await writer.drain()
+            if i == 0:
+                self.first_chunk_at.append(time.monotonic())
+            await asyncio.sleep(CHUNK_PAUSE_S)
+        end = {"id": "c", "model": "gpt-4o-mini",
+               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": 10, "completion_tokens": 2000}}  # fmt: skip
+        writer.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+        await writer.drain()
+        writer.close()
+
+
+async def history_bytes(client: Any, run_id: str) -> tuple[int, int]:
+    total, events = 0, 0
+    for history in await toren_client.histories(client, run_id):
+        events += len(history.events)
+        total += sum(e.ByteSize() for e in history.events)
+    return total, events
+
+
+async def scripted(client: Any, root: Path, turns: int, repeats: int) -> None:
+    text = "All good so far, carrying on with the next lookup. " * 8  # ~400 characters
+    script = [{"text": text, "tool_calls": [{"name": "noop"}]} for _ in range(turns)]
+    script.append(text)
+    print(f"\nscripted workload: {turns} tool turns of ~{len(text)} characters of text each")
+    print(f"{'stream':<16}{'ms/turn':>10}{'bytes/turn':>12}{'events/turn':>13}")
+    for label, stream in (("off", False), ("on (200 ms)", {"batchMs": 200})):
+        name = f"bench_s_{'on' if stream else 'off'}"
+        folder = agent(root, name, script, stream, "mock/scripted")
+        times, sizes, counts = [], [], []
+        async with serve(client, [folder]):
+            for _ in range(repeats):
+                started = time.monotonic()
+                handle = await toren_client.start_run(client, name, "go")
+                await handle.result()
+                times.append((time.monotonic() - started) * 1000 / (turns + 1))
+                size, events = await history_bytes(client, handle.id)
+                sizes.append(size / (turns + 1))
+                counts.append(events / (turns + 1))
+        print(
+            f"{label:<16}{statistics.median(times):>10.1f}{statistics.median(sizes):>12.0f}"
+            f"{statistics.median(counts):>13.1f}"
+        )
+
+
+async def long_answer(client: Any, root: Path, repeats: int) -> None:
+    fake = FakeOpenAI()
+    port = free_port()
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", port)
+    answer = len(CHUNK * ANSWER_CHUNKS)
+    model = OpenAIModel("sk-bench", base_url=f"http://127.0.0.1:{port}/v1")
+    print(f"\n2,000-token answer ({answer} characters, {ANSWER_CHUNKS} chunks, "
+          f"{CHUNK_PAUSE_S * 1000:.0f} ms apart)")  # fmt: skip
+    print(f"{'stream':<16}{'ms/run':>10}{'history B':>11}{'x answer':>10}{'first token ms':>16}")
+    base = 0
+    for label, stream in (("off", False), ("on (200 ms)", {"batchMs": 200})):
+        name = f"bench_l_{'on' if stream else 'off'}"
+        folder = agent(root, name, None, stream, "openai/gpt-4o-mini")
+        times, sizes, firsts = [], [], []
+        async with serve(
+            client, [folder], environ={"OPENAI_API_KEY": "sk-bench"},
+            models={"openai/gpt-4o-mini": model},
+        ):  # fmt: skip
+            for _ in range(repeats):
+                fake.first_chunk_at.clear()
+                started = time.monotonic()
+                handle = await toren_client.start_run(client, name, "Write at length.")
+                first_seen = None
+                if stream:
+                    async for event in toren_client.stream(client, handle.id):
+                        if event.type == "text_delta" and first_seen is None:
+                            first_seen = time.monotonic()
+                await handle.result()
+                times.append((time.monotonic() - started) * 1000)
+                size, _ = await history_bytes(client, handle.id)
+                sizes.append(size)
+                if first_seen is not None and fake.first_chunk_at:
+                    firsts.append((first_seen - fake.first_chunk_at[0]) * 1000)
+        size = statistics.median(sizes)
+        base = base or int(size)
+        extra = (size - base) / answer if stream else 0.0
+        first = f"{statistics.median(firsts):.0f}" if firsts else "-"
+        print(f"{label:<16}{statistics.median(times):>10.0f}{size:>11.0f}{extra:>10.2f}{first:>16}")
+    server.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        dev = DevServer(Path(tmp) / "server", dynamic_config=FAST_DISPATCH)
+        dev.start()
+        try:
+            client = await connect(target_host=dev.address)
+            await scripted(client, Path(tmp), args.turns, args.repeats)
+            await long_answer(client, Path(tmp), args.repeats)
+        finally:
+            dev.stop()
+    print(f"\npython {sys.version.split()[0]}; medians over {args.repeats} runs")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
