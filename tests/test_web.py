@@ -471,15 +471,20 @@ async def test_sse_reconnecting_with_last_event_id_misses_nothing_and_repeats_no
         assert await thread.result() == {"closed": True}
 
 
-async def test_a_run_without_a_stream_is_refused_before_streaming(
+async def test_a_finished_runs_stream_is_served_whole(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
+    # Every AgentRun hosts a stream now: a finished one is read back to its run_completed.
     folder = make_agent(script=["done"])
     app = make_app(client, folder.name)
     async with serve_agents(client, [folder]), api(app) as http:
         run = await http.post("/v1/runs", json={"agent": folder.name, "prompt": "x"})
-        r = await http.get(f"/v1/runs/{run.json()['run_id']}/stream")
-        assert r.status_code == 409 and "publishes no stream" in r.json()["error"]
+        run_id = run.json()["run_id"]
+        await client.get_workflow_handle(run_id).result()
+        r = await http.get(f"/v1/runs/{run_id}/stream")
+        assert r.status_code == 200
+        items = sse(r.text.splitlines())
+        assert items and items[-1]["data"]["type"] == "run_completed"
 
 
 # -- the schema ------------------------------------------------------------------------------

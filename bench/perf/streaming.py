@@ -15,7 +15,8 @@ Two workloads, each run with `stream: false`, and with `stream: {batchMs: 200}` 
   2,000 tokens (8,000 characters) in 400 chunks, 5 ms apart (2 s of generation). Reported: the
   history bytes the answer added over streaming off, as a multiple of the answer's own size,
   and the time from the server writing its first chunk to `toren.client.stream` yielding the
-  first `text_delta` (median over repeats).
+  first `text_delta` (median over repeats), with nobody reading the stream and with one reader
+  (each reader's long-poll is a workflow update, whose answer history records).
 
 It starts its own dev server (SQLite in a temp dir, free ports) and a worker in this process.
 """
@@ -162,9 +163,15 @@ async def long_answer(client: Any, root: Path, repeats: int) -> None:
     print(f"\n2,000-token answer ({answer} characters, {ANSWER_CHUNKS} chunks, "
           f"{CHUNK_PAUSE_S * 1000:.0f} ms apart)")  # fmt: skip
     print(f"{'stream':<16}{'ms/run':>10}{'history B':>11}{'x answer':>10}{'first token ms':>16}")
+    # A reader's long-poll is a workflow update: its answer (the items) is recorded too.
     base = 0
-    for label, stream in (("off", False), ("on (200 ms)", {"batchMs": 200})):
-        name = f"bench_l_{'on' if stream else 'off'}"
+    cases = (
+        ("off", False, False),
+        ("on, no reader", {"batchMs": 200}, False),
+        ("on, 1 reader", {"batchMs": 200}, True),
+    )
+    for label, stream, reader in cases:
+        name = f"bench_l_{'on' if stream else 'off'}_{int(reader)}"
         folder = agent(root, name, None, stream, "openai/gpt-4o-mini")
         times, sizes, firsts = [], [], []
         async with serve(
@@ -176,7 +183,7 @@ async def long_answer(client: Any, root: Path, repeats: int) -> None:
                 started = time.monotonic()
                 handle = await toren_client.start_run(client, name, "Write at length.")
                 first_seen = None
-                if stream:
+                if reader:
                     async for event in toren_client.stream(client, handle.id):
                         if event.type == "text_delta" and first_seen is None:
                             first_seen = time.monotonic()
