@@ -108,7 +108,9 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
     # `sandbox: true` arrives as the defaults; a config without a sandbox gets them too.
     options = config.sandbox or SandboxConfig()
     root = workspace_root(os.environ)
-    jail = Jail(bwrap=_find_bwrap(config.name, options), network=options.network)
+    jail = Jail(
+        bwrap=_find_bwrap(config.name, options), network=options.network, limits=options.limits
+    )
     return [
         _bash_tool(options, jail, root),
         _read_file_tool(root),
@@ -149,7 +151,7 @@ def code_jail(config: AgentConfig) -> Jail:
     options = config.sandbox or SandboxConfig()
     bwrap, problem = _working_bwrap(network=False)
     if bwrap:
-        return Jail(bwrap=bwrap, network=False)
+        return Jail(bwrap=bwrap, network=False, limits=options.limits, who="run_code")
     if _unconfined_allowed(config.name, options):
         log.warning(
             "agent %r: running ctx.run_code UNCONFINED (no bubblewrap): the code can read this "
@@ -157,7 +159,7 @@ def code_jail(config: AgentConfig) -> Jail:
             config.name,
             problem,
         )
-        return Jail(bwrap=None, network=False)
+        return Jail(bwrap=None, network=False, limits=options.limits, who="run_code")
     raise SandboxError(
         f"ctx.run_code needs bubblewrap: {problem}. To run code unconfined instead, at your own "
         f"risk, set `sandbox: {{unconfined: true}}` in agent.yaml AND "
