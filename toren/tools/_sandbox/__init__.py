@@ -83,6 +83,7 @@ __all__ = [
     "run_code",
     "tools",
     "workspace_dir",
+    "working_bwrap",
     "workspace_root",
 ]
 
@@ -121,7 +122,7 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
 
 def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
     """The path of a working bwrap, or None when unconfined mode is allowed; else raise."""
-    bwrap, problem = _working_bwrap(options.network)
+    bwrap, problem = working_bwrap(options.network)
     if bwrap:
         return bwrap
     if _unconfined_allowed(agent, options):
@@ -149,7 +150,7 @@ def code_jail(config: AgentConfig) -> Jail:
             {unconfined: true}`) and the operator did not both opt into unconfined mode.
     """
     options = config.sandbox or SandboxConfig()
-    bwrap, problem = _working_bwrap(network=False)
+    bwrap, problem = working_bwrap(network=False)
     if bwrap:
         return Jail(bwrap=bwrap, network=False, limits=options.limits, who="run_code")
     if _unconfined_allowed(config.name, options):
@@ -167,7 +168,7 @@ def code_jail(config: AgentConfig) -> Jail:
     )
 
 
-def _working_bwrap(network: bool) -> tuple[str | None, str]:
+def working_bwrap(network: bool) -> tuple[str | None, str]:
     """`(path, "")` of a bwrap that works here, or `(None, why not and how to fix it)`."""
     bwrap = shutil.which("bwrap")
     if not bwrap:

@@ -76,7 +76,7 @@ def nproc_enforced() -> bool:
 
 
 def limits_shim(limits: SandboxLimits, nproc: bool) -> list[str]:
-    """argv prefix that sets `limits` as rlimits, then runs the rest of argv (`exec "$@"`).
+    """The argv prefix that sets `limits` as rlimits, then runs the rest of argv (`exec "$@"`).
 
     Soft first, then hard: a hard limit below the current soft one is refused. Without
     CAP_SYS_RESOURCE (bwrap drops every capability) the command cannot raise a hard limit.
