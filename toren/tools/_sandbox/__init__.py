@@ -11,6 +11,12 @@ sandbox:                 # or just `sandbox: true` for the defaults below
   approval: always       # bash's gate, default; `never` runs commands without asking
   env: [GITHUB_TOKEN]    # declared env names passed into the sandbox; nothing else is
   unconfined: false      # see "Without bubblewrap" below
+  limits:                # per call (bash and ctx.run_code); see `_limits` for how each holds
+    memoryMB: 1024       # per process (RLIMIT_DATA); /tmp and /dev/shm are capped at it too
+    cpuSeconds: 60       # per process (RLIMIT_CPU)
+    processes: 256       # at once (RLIMIT_NPROC; polled when the worker runs as root)
+    fileSizeMB: 512      # largest file written (RLIMIT_FSIZE)
+    workspaceMB: 1024    # workspace size, polled during and checked after each call
 ```
 
 The agent gets four tools, all working in one directory per run, its *workspace*:
@@ -36,8 +42,8 @@ fresh `/proc`, a minimal `/dev`, an empty `/tmp` and the workspace, read-write. 
 so scripts with outside effects can dedupe on it) and the names listed in `env:`, which must
 also be declared in agent.yaml's `env`. The worker's own environment (Temporal keys, cloud
 credentials) never enters. Without `network: true` the sandbox has only its own loopback.
-Background jobs die with the call (the pid namespace ends with bash). Not limited: CPU,
-memory, process count and workspace disk use; bound them around the worker (cgroups, quotas).
+Background jobs die with the call (the pid namespace ends with bash). Bounded per call by
+`limits:`; a call past one gets `error` naming it, and the worker goes on.
 
 **Without bubblewrap.** A worker without a working `bwrap` refuses to serve a sandboxed agent:
 loading it fails with an error saying to install bubblewrap. The one way to run bash
