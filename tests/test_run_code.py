@@ -299,7 +299,8 @@ def test_without_bwrap_it_refuses_unless_both_opt_in(monkeypatch: pytest.MonkeyP
     both = AgentConfig.model_validate(
         {"name": "coder", "model": "mock/x", "sandbox": {"unconfined": True}}
     )
-    assert sandbox.code_jail(both) == Jail(bwrap=None, network=False)
+    jail = sandbox.code_jail(both)
+    assert (jail.bwrap, jail.network, jail.who) == (None, False, "run_code")
     monkeypatch.setenv("TOREN_SANDBOX_UNCONFINED", "other")  # the agent alone: not enough
     with pytest.raises(SandboxError):
         sandbox.code_jail(both)

@@ -47,6 +47,7 @@ __all__ = [
     "ModelSettings",
     "ProcessConfig",
     "SandboxConfig",
+    "SandboxLimits",
     "StreamConfig",
     "read_config",
 ]
@@ -183,6 +184,25 @@ class EnvConfig(_Strict):
         return names
 
 
+class SandboxLimits(_Strict):
+    """The `sandbox.limits` block: what one bash call (or `ctx.run_code`) may use.
+
+    Enforced with rlimits set inside the sandbox before the command starts (see
+    `toren.tools._sandbox._jail`); `toren check` says which are in force on a worker.
+    """
+
+    memory_mb: int = Field(1024, alias="memoryMB", ge=16, le=1_048_576)
+    """MB of private writable memory per process (`RLIMIT_DATA`); also the size of `/tmp`."""
+    cpu_seconds: int = Field(60, alias="cpuSeconds", ge=1, le=86_400)
+    """CPU seconds per process (`RLIMIT_CPU`); the call's `timeout_seconds` bounds wall time."""
+    processes: int = Field(256, ge=8, le=1_000_000)
+    """Processes and threads alive at once in one call (`RLIMIT_NPROC`, or polled as root)."""
+    file_size_mb: int = Field(512, alias="fileSizeMB", ge=1, le=1_048_576)
+    """MB of the largest file a process may write (`RLIMIT_FSIZE`)."""
+    workspace_mb: int = Field(1024, alias="workspaceMB", ge=1, le=1_048_576)
+    """MB the run's workspace may grow to; checked during and after each call."""
+
+
 class SandboxConfig(_Strict):
     """The `sandbox:` block: `true` means all defaults, `false` (the default) no sandbox.
 
@@ -197,6 +217,8 @@ class SandboxConfig(_Strict):
     """Declared env names whose values are passed into the sandbox."""
     unconfined: StrictBool = False
     """The agent accepts running bash without bwrap if the operator also allows it."""
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)  # type: ignore[arg-type]
+    """What one call may use: memory, CPU, processes, file and workspace size."""
 
     @field_validator("env")
     @classmethod

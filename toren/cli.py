@@ -42,6 +42,7 @@ from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren._agent import load_agent
+from toren._config import AgentConfig, SandboxConfig
 from toren._events import EventStream, format_event
 from toren._live_print import LivePrinter
 from toren._mcp_config import McpServerConfig
@@ -401,6 +402,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
             f"maxAttemptsPerTask={limits.max_attempts_per_task} "
             f"maxWallClockMin={limits.max_wall_clock_min}"
         )
+        if agent.config.sandbox:
+            print(f"  {_sandbox_limits_line(agent.config)}")
         missing = [n for n in agent.required_env() if not os.environ.get(n)]
         print(f"  env required: {', '.join(agent.required_env()) or 'none'}")
         if missing:
@@ -442,6 +445,15 @@ async def cmd_check(args: argparse.Namespace) -> int:
                 f"relying on defaults: {', '.join(defaulted)}"
             )
     return status
+
+
+def _sandbox_limits_line(config: AgentConfig) -> str:
+    """Which mechanism bounds the agent's sandbox calls on this worker."""
+    from toren.tools._sandbox import working_bwrap
+    from toren.tools._sandbox._limits import describe
+
+    options = config.sandbox or SandboxConfig()
+    return describe(options.limits, jailed=working_bwrap(network=False)[0] is not None)
 
 
 async def _check_mcp(

@@ -11,6 +11,12 @@ sandbox:                 # or just `sandbox: true` for the defaults below
   approval: always       # bash's gate, default; `never` runs commands without asking
   env: [GITHUB_TOKEN]    # declared env names passed into the sandbox; nothing else is
   unconfined: false      # see "Without bubblewrap" below
+  limits:                # per call (bash and ctx.run_code); see `_limits` for how each holds
+    memoryMB: 1024       # per process (RLIMIT_DATA); /tmp and /dev/shm are capped at it too
+    cpuSeconds: 60       # per process (RLIMIT_CPU)
+    processes: 256       # at once (RLIMIT_NPROC; polled when the worker runs as root)
+    fileSizeMB: 512      # largest file written (RLIMIT_FSIZE)
+    workspaceMB: 1024    # workspace size, polled during and checked after each call
 ```
 
 The agent gets four tools, all working in one directory per run, its *workspace*:
@@ -36,8 +42,8 @@ fresh `/proc`, a minimal `/dev`, an empty `/tmp` and the workspace, read-write. 
 so scripts with outside effects can dedupe on it) and the names listed in `env:`, which must
 also be declared in agent.yaml's `env`. The worker's own environment (Temporal keys, cloud
 credentials) never enters. Without `network: true` the sandbox has only its own loopback.
-Background jobs die with the call (the pid namespace ends with bash). Not limited: CPU,
-memory, process count and workspace disk use; bound them around the worker (cgroups, quotas).
+Background jobs die with the call (the pid namespace ends with bash). Bounded per call by
+`limits:`; a call past one gets `error` naming it, and the worker goes on.
 
 **Without bubblewrap.** A worker without a working `bwrap` refuses to serve a sandboxed agent:
 loading it fails with an error saying to install bubblewrap. The one way to run bash
@@ -83,6 +89,7 @@ __all__ = [
     "run_code",
     "tools",
     "workspace_dir",
+    "working_bwrap",
     "workspace_root",
 ]
 
@@ -108,7 +115,9 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
     # `sandbox: true` arrives as the defaults; a config without a sandbox gets them too.
     options = config.sandbox or SandboxConfig()
     root = workspace_root(os.environ)
-    jail = Jail(bwrap=_find_bwrap(config.name, options), network=options.network)
+    jail = Jail(
+        bwrap=_find_bwrap(config.name, options), network=options.network, limits=options.limits
+    )
     return [
         _bash_tool(options, jail, root),
         _read_file_tool(root),
@@ -119,7 +128,7 @@ def tools(config: AgentConfig, name: str = "sandbox") -> list[Tool]:
 
 def _find_bwrap(agent: str, options: SandboxConfig) -> str | None:
     """The path of a working bwrap, or None when unconfined mode is allowed; else raise."""
-    bwrap, problem = _working_bwrap(options.network)
+    bwrap, problem = working_bwrap(options.network)
     if bwrap:
         return bwrap
     if _unconfined_allowed(agent, options):
@@ -147,9 +156,9 @@ def code_jail(config: AgentConfig) -> Jail:
             {unconfined: true}`) and the operator did not both opt into unconfined mode.
     """
     options = config.sandbox or SandboxConfig()
-    bwrap, problem = _working_bwrap(network=False)
+    bwrap, problem = working_bwrap(network=False)
     if bwrap:
-        return Jail(bwrap=bwrap, network=False)
+        return Jail(bwrap=bwrap, network=False, limits=options.limits, who="run_code")
     if _unconfined_allowed(config.name, options):
         log.warning(
             "agent %r: running ctx.run_code UNCONFINED (no bubblewrap): the code can read this "
@@ -157,7 +166,7 @@ def code_jail(config: AgentConfig) -> Jail:
             config.name,
             problem,
         )
-        return Jail(bwrap=None, network=False)
+        return Jail(bwrap=None, network=False, limits=options.limits, who="run_code")
     raise SandboxError(
         f"ctx.run_code needs bubblewrap: {problem}. To run code unconfined instead, at your own "
         f"risk, set `sandbox: {{unconfined: true}}` in agent.yaml AND "
@@ -165,7 +174,7 @@ def code_jail(config: AgentConfig) -> Jail:
     )
 
 
-def _working_bwrap(network: bool) -> tuple[str | None, str]:
+def working_bwrap(network: bool) -> tuple[str | None, str]:
     """`(path, "")` of a bwrap that works here, or `(None, why not and how to fix it)`."""
     bwrap = shutil.which("bwrap")
     if not bwrap:

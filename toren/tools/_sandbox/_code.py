@@ -194,6 +194,8 @@ def _outcome(done: Mapping[str, Any], data: bytes, entry: str, timeout_s: float)
     if "result" in answer:
         # Even when the process then hung or failed on exit (a stray thread): the entry returned.
         return run(result=answer["result"])
+    if done.get("error"):
+        return run(error=str(done["error"]))  # a sandbox limit, named
     if exit_code == TIMEOUT_EXIT_CODE:
         return run(error=f"the code timed out after {timeout_s:g}s")
     error = answer.get("error") or f"the code exited with code {exit_code} before returning"

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toren._config import SandboxLimits
+from toren.tools._sandbox._limits import LimitWatch, limits_shim
+
 __all__ = ["KEEP_CHARS", "TIMEOUT_EXIT_CODE", "Capture", "Jail", "bwrap_argv", "probe"]
 
 KEEP_CHARS = 8000
@@ -69,11 +72,16 @@ def bwrap_argv(
     network: bool,
     command: str,
     binds: Sequence[tuple[Path, str]] = (),
+    limits: SandboxLimits | None = None,
 ) -> list[str]:
     """The bwrap command line that runs `bash -c command` with `workspace` at /workspace.
 
-    `binds` are extra (host directory, sandbox path) pairs, mounted read-only.
+    `binds` are extra (host directory, sandbox path) pairs, mounted read-only. With `limits`,
+    the rlimits are set before `command` starts, and `/tmp` and `/dev/shm` (tmpfs: host
+    memory) are capped at `memory_mb` each.
     """
+    # bwrap's --size applies to the next --tmpfs.
+    size = ["--size", str(limits.memory_mb << 20)] if limits else []
     argv = [
         bwrap,
         "--unshare-all",  # user, pid, net, ipc, uts, cgroup namespaces
@@ -99,6 +107,11 @@ def bwrap_argv(
         "/proc",
         "--dev",  # a minimal /dev (null, zero, random, tty, shm)
         "/dev",
+        # /dev/shm would otherwise be a directory of /dev's tmpfs, unbounded.
+        *size,
+        "--tmpfs",
+        "/dev/shm",
+        *size,
         "--tmpfs",
         "/tmp",
     ]
@@ -115,6 +128,7 @@ def bwrap_argv(
         "--remount-ro",
         "/",
         "--",
+        *(limits_shim(limits, nproc=True) if limits else []),
         "/bin/bash",
         "-c",
         command,
@@ -176,10 +190,15 @@ class Capture:
 
 @dataclass(frozen=True)
 class Jail:
-    """How bash runs: in bwrap at `bwrap` (its path), or unconfined when `bwrap` is None."""
+    """How bash runs: in bwrap at `bwrap` (its path), or unconfined when `bwrap` is None.
+
+    `limits` bound each call (`SandboxLimits`); `who` names the caller in limit errors.
+    """
 
     bwrap: str | None
     network: bool
+    limits: SandboxLimits | None = None
+    who: str = "bash"
 
     async def run(
         self,
@@ -197,17 +216,20 @@ class Jail:
         the caller is cancelled (the activity's timeout or a cancelled run). `binds` mount host
         directories read-only in the sandbox (unconfined, the command sees them where they are);
         `pass_fds` stay open in the command under the same numbers; `timeout_note` replaces
-        bash's advice after a timeout.
+        bash's advice after a timeout. A call that exceeds one of `limits` also gets `error`,
+        naming the limit, and a note at the end of stderr.
         """
         if self.bwrap:
-            argv = bwrap_argv(self.bwrap, workspace, self.network, command, binds)
+            argv = bwrap_argv(self.bwrap, workspace, self.network, command, binds, self.limits)
             # bwrap is started with exactly the sandbox's env, not the worker's: --clearenv
             # would clean only the command's env, while bwrap's own pid-1 process in the
             # sandbox keeps bwrap's environ, readable at /proc/1/environ. Passing values as
             # --setenv would also put them in the world-readable /proc/<pid>/cmdline.
             sandbox_env = {**env, "HOME": "/workspace"}
         else:
-            argv = ["/bin/bash", "-c", command]
+            # Unconfined, RLIMIT_NPROC would count every process of the worker's user.
+            shim = limits_shim(self.limits, nproc=False) if self.limits else []
+            argv = [*shim, "/bin/bash", "-c", command]
             sandbox_env = {**env, "HOME": str(workspace)}
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -226,9 +248,11 @@ class Jail:
             asyncio.create_task(_pump(proc.stderr, err)),
         ]
         timed_out = False
+        watch = LimitWatch(self.limits, workspace, proc.pid, jailed=bool(self.bwrap))
+        await watch.start()
         try:
             try:
-                await asyncio.wait_for(_exited(proc), timeout_s)
+                await asyncio.wait_for(watch.until_exceeded_or(_exited(proc)), timeout_s)
             except TimeoutError:
                 timed_out = True
             # Kill what is left either way: on timeout the command, after a normal exit any
@@ -237,6 +261,7 @@ class Jail:
             _kill_group(proc)
             await asyncio.wait(pumps, timeout=_DRAIN_S)
         except asyncio.CancelledError:
+            watch.stop()
             _kill_group(proc)
             for task in pumps:
                 task.cancel()
@@ -259,7 +284,12 @@ class Jail:
             )
         elif code is not None and code < 0:
             code = 128 - code  # killed by a signal: report it the way shells do
-        return {"exit_code": code, "stdout": out.text(), "stderr": stderr}
+        result: dict[str, Any] = {"exit_code": code, "stdout": out.text(), "stderr": stderr}
+        error = await watch.finish(code, stderr, self.who)
+        if error:
+            result["stderr"] += f"\n[toren] {error}"
+            result["error"] = error
+        return result
 
 
 async def _exited(proc: asyncio.subprocess.Process) -> None:
