@@ -105,7 +105,10 @@ class Parked:
 
     variant: str
     runs: int
+    start_s: float
+    """Seconds to send all start calls."""
     park_s: float
+    """Seconds from the first start call until visibility counts all runs parked."""
     release_s: float
     rss_parked_kb: int
     rss_peak_kb: int
@@ -186,7 +189,18 @@ async def cell(
         if py_spy is not None and variant == "toren":
             profile = py_spy / f"{variant}-N{runs}-T{turns}.txt"
             spy = subprocess.Popen(
-                [PY_SPY, "record", "--pid", str(pid), "--format", "raw", "-o", str(profile)],
+                # `--gil`: only the thread holding the GIL, so idle pool threads do not count.
+                [
+                    PY_SPY,
+                    "record",
+                    "--gil",
+                    "--pid",
+                    str(pid),
+                    "--format",
+                    "raw",
+                    "-o",
+                    str(profile),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -211,11 +225,7 @@ async def cell(
             print(f"  {variant} N={runs} T={turns}: failed run: {o!r}", file=sys.stderr)
     cell = Cell(variant, runs, turns, wall, times, runs - len(times), worker_cpu, server_cpu, rss)
     cell.profile = profile
-    print(
-        f"  {variant} N={runs} T={turns}: {wall:.1f}s wall, {cell.failed} failed",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"  {report([cell], []).splitlines()[-1]}", file=sys.stderr, flush=True)
     return cell
 
 
@@ -267,10 +277,12 @@ async def parked(
         began = time.monotonic()
         await asyncio.gather(*(start(i) for i in range(runs)))
         waiting = f'{mine} AND ExecutionStatus = "Running" AND TorenStatus = "waiting_approval"'
-        while await count(client, waiting) < runs:
+        started_s = time.monotonic() - began
+        while (now := await count(client, waiting)) < runs:
             if time.monotonic() - began > timeout:
-                raise RuntimeError(f"{variant}: not all {runs} runs parked in {timeout:g}s")
-            await asyncio.sleep(0.5)
+                raise RuntimeError(f"{variant}: {now} of {runs} runs parked in {timeout:g}s")
+            print(f"  parked {variant}: {now}/{runs} parked", file=sys.stderr, flush=True)
+            await asyncio.sleep(2.0)
         park_s = time.monotonic() - began
         rss_parked = memory_kb(w.proc.pid, "VmRSS")
         released = datetime.now(UTC)
@@ -287,8 +299,9 @@ async def parked(
         if execution.close_time is not None:
             last = max(last, execution.close_time)
     release_s = (last - released).total_seconds()
-    print(f"  parked {variant}: {runs} runs, {failed} failed", file=sys.stderr, flush=True)
-    return Parked(variant, runs, park_s, release_s, rss_parked, rss_peak, failed)
+    result = Parked(variant, runs, started_s, park_s, release_s, rss_parked, rss_peak, failed)
+    print(f"  {report([], [result]).splitlines()[-1]}", file=sys.stderr, flush=True)
+    return result
 
 
 async def bench(
@@ -357,13 +370,14 @@ def report(cells: list[Cell], parks: list[Parked]) -> str:
     if parks:
         lines.append("")
         lines.append(
-            f"{'parked':<8}{'runs':>6}{'park all':>10}{'RSS parked':>12}{'peak RSS':>10}"
-            f"{'approve->last done':>20}{'failed':>8}"
+            f"{'parked':<8}{'runs':>6}{'start all':>11}{'park all':>10}{'RSS parked':>12}"
+            f"{'peak RSS':>10}{'approve->last done':>20}{'failed':>8}"
         )
         for p in parks:
             lines.append(
-                f"{p.variant:<8}{p.runs:>6}{p.park_s:>9.1f}s{p.rss_parked_kb / 1024:>10.0f}MB"
-                f"{p.rss_peak_kb / 1024:>8.0f}MB{p.release_s:>19.2f}s{p.failed:>8}"
+                f"{p.variant:<8}{p.runs:>6}{p.start_s:>10.1f}s{p.park_s:>9.1f}s"
+                f"{p.rss_parked_kb / 1024:>10.0f}MB{p.rss_peak_kb / 1024:>8.0f}MB"
+                f"{p.release_s:>19.2f}s{p.failed:>8}"
             )
     return "\n".join(lines)
 
