@@ -3,17 +3,28 @@ runs parked on an approval.
 
 ```bash
 .venv/bin/python -m bench.perf.concurrent                          # N = 1,20,100; T = 1,10,100
+.venv/bin/python -m bench.perf.concurrent --max-turns 0            # with N=100 x T=100 too
 .venv/bin/python -m bench.perf.concurrent --runs 1,20 --turns 1,10 --parked 200
 .venv/bin/python -m bench.perf.concurrent --parked 0               # no parked mode
 .venv/bin/python -m bench.perf.concurrent --runs 20 --turns 10 --parked 0 --py-spy /tmp/prof
 .venv/bin/python -m bench.perf.concurrent --variants toren         # toren only
 ```
 
-Flags: `--runs` (comma-separated N), `--turns` (comma-separated T), `--parked` (runs parked
-at once; 0 skips the mode), `--variants` (`floor`, `toren`), `--timeout` (seconds a run may
-take before it counts as failed), `--py-spy DIR` (record each toren cell's worker with
-`py-spy record --format raw` into DIR and print its top functions; needs py-spy and ptrace
-rights, e.g. root), `--address` (an existing server; then the server's CPU is not measured).
+Flags:
+
+- `--runs`: comma-separated N (runs at once); default 1,20,100.
+- `--turns`: comma-separated T (tool turns per run); default 1,10,100.
+- `--max-turns`: skip a cell of more than this many N*T turns; default 1,000, which leaves
+  N=100 x T=100 out of the default invocation (0 keeps every cell). The dev server costs
+  70-220 ms of CPU per turn here, so on 2 cores it caps throughput near 10-25 turns/s, and a
+  10,000-turn cell alone would take about ten minutes per variant.
+- `--parked`: runs parked at once (0 skips the mode); default 1,000.
+- `--variants`: comma-separated, from `floor` and `toren`; default both.
+- `--timeout`: seconds a run may take before it counts as failed; default 600.
+- `--py-spy DIR`: record each toren cell's worker with `py-spy record --gil --format raw` into
+  DIR and print its top functions (needs py-spy in the venv and ptrace rights, e.g. root).
+- `--address`: an existing Temporal server instead of starting one (its CPU is then not
+  measured).
 
 The workload is bench/perf/run.py's: `floor` is `PerfFloor` (T "model" + "tool" activity
 pairs and a final "model" call, bench/perf/floor.py); `toren` an `AgentRun` of a scripted
@@ -31,10 +42,11 @@ the worker's peak RSS (VmHWM, including the warm-up) and the failed runs.
 Parked mode (`--parked K`): K runs of one gated tool call (`approval="always"`) started at
 once, waiting until visibility counts all K as `TorenStatus="waiting_approval"`; the floor
 equivalent is `PerfFloorParked` (a "model" call, an upsert of the same search attribute, a
-wait on an `approve` signal, the "tool" call and a final "model" call). Printed: the worker's
-RSS while all are parked (VmRSS) and its peak (VmHWM), the time to park them all, and the time
-from sending the first `approve` signal to the last run closing (its close time in
-visibility), with the failed runs.
+wait on an `approve` signal, the "tool" call and a final "model" call). Printed: the time to
+send every start call (`START_CONCURRENCY` in flight), the time until all are parked, the
+worker's RSS while all are parked (VmRSS) and its peak (VmHWM), and the time from sending the
+first `approve` signal to the last run closing (its close time in visibility), with the
+failed runs.
 
 The driver, the worker and the server share the machine's cores: on a busy 2-core machine
 absolute figures are noisy, ratios between variants less so.
@@ -48,6 +60,7 @@ import collections
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -317,6 +330,9 @@ async def bench(
         agents = {t: str(write_agent(root, "toren", t)) for t in args.turns}
         for t in args.turns:
             for n in args.runs:
+                if args.max_turns and n * t > args.max_turns:
+                    print(f"  N={n} T={t}: skipped (over --max-turns)", file=sys.stderr)
+                    continue
                 for variant in args.variants:
                     target = f"perf-floor-{t}" if variant == "floor" else agents[t]
                     logdir = root / "logs" / f"{variant}-{n}-{t}"
@@ -382,9 +398,14 @@ def report(cells: list[Cell], parks: list[Parked]) -> str:
     return "\n".join(lines)
 
 
+ROOT_FRAMES = ("<frozen runpy>", "asyncio/", "bench/perf/worker.py", "threading.py", "concurrent/")
+"""Modules whose frames sit under nearly every sample (entry point, event loop, thread pool)."""
+
+
 def top_of_profile(path: Path, limit: int = 15) -> str:
-    """The functions (self samples) and modules (samples anywhere on the stack) a py-spy raw
-    profile spent most in."""
+    """The functions a py-spy raw profile spent most in: on their own (self) and with what
+    they called (inclusive), line numbers merged, entry-point and event-loop frames left out
+    of the inclusive list."""
     own: collections.Counter[str] = collections.Counter()
     within: collections.Counter[str] = collections.Counter()
     total = 0
@@ -394,31 +415,19 @@ def top_of_profile(path: Path, limit: int = 15) -> str:
             continue
         samples = int(n)
         total += samples
-        frames = stack.split(";")
+        # A frame reads `function (path/to/module.py:line)`; merge a function's lines.
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
         own[frames[-1]] += samples
-        modules = set()
-        for frame in frames:
-            # A frame reads `function (path/to/module.py:line)`; group by the module's file.
-            where = frame.rpartition("(")[2].rstrip(")").rsplit(":", 1)[0]
-            modules.add(short_path(where))
-        for module in modules:
-            within[module] += samples
-    lines = [f"py-spy profile {path.name}: {total} samples", "  top functions (self):"]
+        for frame in set(frames):
+            if not any(root in frame for root in ROOT_FRAMES):
+                within[frame] += samples
+    lines = [f"py-spy profile {path.name}: {total} samples (GIL held)", "  top functions, self:"]
     for name, n in own.most_common(limit):
         lines.append(f"  {100 * n / total:5.1f}%  {name}")
-    lines.append("  top modules (on the stack):")
+    lines.append("  top functions, inclusive:")
     for name, n in within.most_common(limit):
         lines.append(f"  {100 * n / total:5.1f}%  {name}")
     return "\n".join(lines)
-
-
-def short_path(path: str) -> str:
-    """A file path shortened to what follows `site-packages/` or the repository root."""
-    for marker in ("site-packages/", "/lib/python3"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    cwd = os.getcwd() + "/"
-    return path.removeprefix(cwd)
 
 
 def main() -> None:
@@ -426,6 +435,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.perf.concurrent", description=__doc__)
     parser.add_argument("--runs", default="1,20,100", help="comma-separated N (runs at once)")
     parser.add_argument("--turns", default="1,10,100", help="comma-separated T (tool turns)")
+    parser.add_argument(
+        "--max-turns", type=int, default=1000, help="skip cells of more N*T turns; 0: none"
+    )
     parser.add_argument("--parked", type=int, default=1000, help="runs parked at once; 0: skip")
     parser.add_argument("--variants", default="floor,toren", help="comma-separated variants")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
