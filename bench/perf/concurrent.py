@@ -15,9 +15,9 @@ Flags:
 - `--runs`: comma-separated N (runs at once); default 1,20,100.
 - `--turns`: comma-separated T (tool turns per run); default 1,10,100.
 - `--max-turns`: skip a cell of more than this many N*T turns; default 1,000, which leaves
-  N=100 x T=100 out of the default invocation (0 keeps every cell). The dev server costs
-  70-220 ms of CPU per turn here, so on 2 cores it caps throughput near 10-25 turns/s, and a
-  10,000-turn cell alone would take about ten minutes per variant.
+  N=100 x T=100 out of the default invocation (0 keeps every cell). On the 2-core machine it
+  was written on, with other work running, N=20 x T=10 ran at 6-8 turns/s (the dev server
+  spent 85-95 ms of CPU per turn): a 10,000-turn cell would take over 20 minutes a variant.
 - `--parked`: runs parked at once (0 skips the mode); default 1,000.
 - `--variants`: comma-separated, from `floor` and `toren`; default both.
 - `--timeout`: seconds a run may take before it counts as failed; default 600.
