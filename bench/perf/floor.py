@@ -14,12 +14,15 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
+from temporalio.common import SearchAttributeKey
 
-__all__ = ["MODEL", "TOOL", "PerfFloor", "model", "tool"]
+__all__ = ["MODEL", "PARKED", "TOOL", "PerfFloor", "PerfFloorParked", "model", "tool"]
 
 MODEL = "perf.model"
 TOOL = "perf.tool"
 TIMEOUT = timedelta(minutes=1)
+PARKED = SearchAttributeKey.for_keyword("TorenStatus")
+"""Set to `waiting_approval` while parked, as toren sets it, so a driver can count parked runs."""
 
 
 @activity.defn(name=MODEL)
@@ -56,3 +59,36 @@ class PerfFloor:
             await workflow.execute_activity(
                 TOOL, json.loads(calls[0]["arguments"]), start_to_close_timeout=TIMEOUT
             )
+
+
+@workflow.defn(name="PerfFloorParked")
+class PerfFloorParked:
+    """A "model" call, a wait for an `approve` signal, the "tool" call, a final "model" call.
+
+    The bare-Temporal equivalent of a toren run of one gated tool call.
+    """
+
+    def __init__(self) -> None:
+        self.approved = False
+
+    @workflow.run
+    async def run(self) -> str:
+        """Run the sequence, parked between the first model call and the tool."""
+        reply: dict[str, Any] = await workflow.execute_activity(
+            MODEL, args=[1, 1], start_to_close_timeout=TIMEOUT
+        )
+        workflow.upsert_search_attributes([PARKED.value_set("waiting_approval")])
+        await workflow.wait_condition(lambda: self.approved)
+        call = reply["tool_calls"][0]
+        await workflow.execute_activity(
+            TOOL, json.loads(call["arguments"]), start_to_close_timeout=TIMEOUT
+        )
+        done: dict[str, Any] = await workflow.execute_activity(
+            MODEL, args=[2, 1], start_to_close_timeout=TIMEOUT
+        )
+        return str(done["content"])
+
+    @workflow.signal
+    def approve(self, payload: dict[str, Any]) -> None:
+        """Let the tool call run."""
+        self.approved = True

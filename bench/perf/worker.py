@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from bench.perf.floor import PerfFloor, model, tool
+from bench.perf.floor import PerfFloor, PerfFloorParked, model, tool
 
 __all__ = ["main"]
 
@@ -30,7 +30,10 @@ async def _serve(address: str, variant: str, target: str, ready: Path) -> None:
     if variant == "floor":
         client = await Client.connect(address)
         async with Worker(
-            client, task_queue=target, workflows=[PerfFloor], activities=[model, tool]
+            client,
+            task_queue=target,
+            workflows=[PerfFloor, PerfFloorParked],
+            activities=[model, tool],
         ):
             ready.touch()
             await stdin_closed
