@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -202,4 +201,3 @@ def test_prices_come_from_the_table(make_agent: Callable[..., Path]) -> None:
     runtime = AgentRuntime.load([folder], {"OPENAI_API_KEY": "sk-test-not-used"})
     spec = runtime.agents[folder.name].spec()
     assert spec.prices == [2.5, 10.0] and spec.max_cost_usd == 1
-    assert json.loads(json.dumps(spec.prices)) == [2.5, 10.0]

@@ -168,9 +168,10 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         ApplicationError: The handler asked Temporal to retry (redacted), or toren failed.
     """
     # Values a tool set with ctx.set_env are as secret as declared env.
-    redactor = _redactor(loaded, thread_env_values(input.env), input.env or {})
+    thread_env = thread_env_values(input.env)  # read from the secret store once per call
+    redactor = _redactor(loaded, thread_env, input.env or {})
     try:
-        return await _run_tool_call(loaded, tool, input, redactor)
+        return await _run_tool_call(loaded, tool, input, redactor, thread_env)
     except asyncio.CancelledError:
         raise
     except Exception as err:
@@ -178,7 +179,11 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
 
 
 async def _run_tool_call(
-    loaded: LoadedAgent, tool: Tool, input: ToolCallInput, redactor: Redactor
+    loaded: LoadedAgent,
+    tool: Tool,
+    input: ToolCallInput,
+    redactor: Redactor,
+    thread_env: dict[str, str],
 ) -> ToolCallResult:
     info = activity.info()
     absent = missing_variables(tool, os.environ)
@@ -188,7 +193,6 @@ async def _run_tool_call(
             "environment",
             True,
         )
-    thread_env = thread_env_values(input.env)
     hooks = RunHooks(loaded, input.run_key)
     execution = input.execution or {}
     ctx = ToolContext(
