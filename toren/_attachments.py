@@ -13,10 +13,11 @@ Start a run with `attachments=[info.id]` and the agent reads it with the `read_a
 built-in. PDF, Word .docx, Excel .xlsx and text are supported (`toren._parsers` turns them into
 text and pages); `pip install 'toren[files]'` adds the parsers. Files over 15 MB are refused.
 
-The store is a directory: `TOREN_ATTACHMENTS`, or `.toren/attachments` under the current
-directory, or `store=`. Each attachment is `<root>/<id>/meta.json` plus
-`<root>/<id>/pages/000001.txt`..., written to a temporary directory and renamed into place, so a
-reader sees a whole attachment or none. The id is `att_` + the first 16 hex digits of the
+They live in the store (`toren._store`) under `attachments/`: `TOREN_STORE` (a directory every
+host shares, or `s3://bucket/prefix`; default `.toren` under the current directory), or the
+older `TOREN_ATTACHMENTS` (a directory holding only attachments), or `store=`. Each attachment
+is `<id>/pages/000001.txt`... then `<id>/meta.json`, written last: an attachment is there for
+readers once its `meta.json` is, whole. The id is `att_` + the first 16 hex digits of the
 SHA-256 of the bytes: attaching the same content twice gives the same id and parses once.
 """
 
@@ -27,8 +28,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +35,8 @@ from typing import Any
 
 from toren._context import Attachment
 from toren._parsers import detect_type, extension_for, extract_text, split_pages
+from toren._store import DirStore, Store, StoreMissing
+from toren._store import open_store as open_shared_store
 from toren.errors import AttachmentError
 
 __all__ = [
@@ -57,7 +58,7 @@ BLOB_CHUNK = 1_750_000
 """Files tools return are stored in chunks of this many bytes (~1.75 MB)."""
 
 ENV_VAR = "TOREN_ATTACHMENTS"
-"""Names the store directory for the worker and the CLI."""
+"""The older setting: a directory for attachments alone; `TOREN_STORE` when it is unset."""
 
 _ID = re.compile(r"^att_[0-9a-f]{16}$")
 
@@ -82,14 +83,16 @@ class AttachmentInfo:
         return asdict(self)
 
 
-def default_root() -> Path:
-    """The store directory: `$TOREN_ATTACHMENTS`, else `.toren/attachments` in the cwd."""
+def default_root() -> Store:
+    """Where attachments go: `$TOREN_ATTACHMENTS`, else `attachments/` in `TOREN_STORE`."""
     configured = os.environ.get(ENV_VAR, "").strip()
-    return Path(configured).expanduser() if configured else Path.cwd() / ".toren" / "attachments"
+    if configured:
+        return DirStore(configured)
+    return open_shared_store().sub("attachments")
 
 
-def open_store(store: str | Path | AttachmentStore | None = None) -> AttachmentStore:
-    """The store at `store`, or the default one (see `default_root`)."""
+def open_store(store: str | Path | Store | AttachmentStore | None = None) -> AttachmentStore:
+    """The attachments at `store` (a directory or a `Store`), or the default ones."""
     if isinstance(store, AttachmentStore):
         return store
     return AttachmentStore(store if store is not None else default_root())
@@ -98,7 +101,7 @@ def open_store(store: str | Path | AttachmentStore | None = None) -> AttachmentS
 def attach(
     path_or_bytes: str | Path | bytes,
     name: str | None = None,
-    store: str | Path | AttachmentStore | None = None,
+    store: str | Path | Store | AttachmentStore | None = None,
 ) -> AttachmentInfo:
     """Parse a file into pages and store it; the same content returns the stored attachment.
 
@@ -120,14 +123,18 @@ def attach(
 
 
 class AttachmentStore:
-    """A directory of parsed attachments; see the module docstring for its layout.
+    """Parsed attachments in a store; see the module docstring for their layout.
 
     Args:
-        root: The store directory; created on the first attach.
+        root: A directory (created on the first attach) or a `Store` (view).
     """
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path | Store) -> None:
+        self.objects = root if isinstance(root, Store) else DirStore(root)
+        self.root: Path | str = (
+            self.objects.root if isinstance(self.objects, DirStore) else self.objects.url
+        )
+        """The directory (a `DirStore`), else the store's URL."""
 
     def __repr__(self) -> str:
         return f"AttachmentStore({str(self.root)!r})"
@@ -136,7 +143,7 @@ class AttachmentStore:
         """Parse and store a file (see `attach`)."""
         data, name = _read(path_or_bytes, name)
         file_id = "att_" + hashlib.sha256(data).hexdigest()[:16]
-        if (self.root / file_id / "meta.json").is_file():
+        if self.objects.exists(f"{file_id}/meta.json"):
             return self.info(file_id)  # parsed once: the same bytes always parse the same
         mime = detect_type(data, name)
         text = extract_text(data, name, mime)
@@ -153,13 +160,12 @@ class AttachmentStore:
         Raises:
             AttachmentError: `file_id` is malformed or not in this store.
         """
-        meta = self._dir(file_id) / "meta.json"
         try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            data = json.loads(self.objects.get_bytes(f"{self._dir(file_id)}/meta.json"))
+        except StoreMissing:
             raise AttachmentError(
                 f"attachment {file_id!r} is not in the store at {str(self.root)!r}; attach the "
-                f"file again, or point {ENV_VAR} at the store it was attached to"
+                f"file again, or point TOREN_STORE at the store it was attached to"
             ) from None
         return AttachmentInfo(
             id=data["id"],
@@ -181,42 +187,27 @@ class AttachmentStore:
                 f"page {page} out of range: {file_id} has {info.pages} "
                 f"page{'s' if info.pages != 1 else ''}; ask for page 1 to {info.pages}"
             )
-        return (self._dir(file_id) / "pages" / f"{page:06d}.txt").read_text(encoding="utf-8")
+        return self.objects.get_bytes(f"{file_id}/pages/{page:06d}.txt").decode("utf-8")
 
-    def _dir(self, file_id: str) -> Path:
+    def _dir(self, file_id: str) -> str:
         # Ids become path components: anything but att_<16 hex> could climb out of the store.
         if not isinstance(file_id, str) or not _ID.match(file_id):
             raise AttachmentError(
                 f"{file_id!r} is not an attachment id; ids look like 'att_' + 16 hex digits, "
                 "as `attach` returned them"
             )
-        return self.root / file_id
+        return file_id
 
     def _write(self, info: AttachmentInfo, pages: list[str]) -> None:
         files = {f"pages/{n:06d}.txt": t.encode() for n, t in enumerate(pages, start=1)}
         self._publish(info.id, info.to_dict(), files)
 
     def _publish(self, file_id: str, meta: dict[str, Any], files: dict[str, bytes]) -> None:
-        """Write `files` and `meta.json` to a temporary folder, then rename it into place."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        final = self.root / file_id
-        tmp = Path(tempfile.mkdtemp(prefix=f".{file_id}.", dir=self.root))
-        try:
-            for relative, data in files.items():
-                (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / relative).write_bytes(data)
-            meta = {**meta, "created": dt.datetime.now(dt.UTC).isoformat()}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-            tmp.chmod(0o755)
-            try:
-                # One rename publishes the whole attachment.
-                tmp.rename(final)
-            except OSError:
-                if not (final / "meta.json").is_file():
-                    raise
-                # Someone stored the same bytes meanwhile: theirs is identical.
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        """Write `files`, then `meta.json`: readers take an attachment to exist by its meta."""
+        for relative, data in files.items():
+            self.objects.put_bytes(f"{file_id}/{relative}", data)
+        meta = {**meta, "created": dt.datetime.now(dt.UTC).isoformat()}
+        self.objects.put_bytes(f"{file_id}/meta.json", json.dumps(meta, indent=2).encode())
 
     # -- files tools return (images, exports): bytes by id, in chunks ----------------------
 
@@ -245,8 +236,7 @@ class AttachmentStore:
             **({"width": width} if width else {}),
             **({"height": height} if height else {}),
         }
-        final = self._dir(file_id)
-        if (final / "meta.json").is_file():
+        if self.objects.exists(f"{self._dir(file_id)}/meta.json"):
             return ref
         meta = {
             "id": file_id,
@@ -267,16 +257,17 @@ class AttachmentStore:
         Raises:
             AttachmentError: unknown id, or not a stored file.
         """
-        folder = self._dir(file_id)
-        self.info(file_id)  # a clear error for an unknown id
-        parts = sorted((folder / "blob").glob("*.bin"))
-        if not parts:
+        meta = json.loads(self.objects.get_bytes(f"{self.info(file_id).id}/meta.json"))
+        if meta.get("kind") != "blob":
             raise AttachmentError(f"attachment {file_id!r} is a parsed document, not a file")
-        return b"".join(p.read_bytes() for p in parts)
+        chunks = int(meta.get("chunks", 0))
+        return b"".join(
+            self.objects.get_bytes(f"{file_id}/blob/{n:06d}.bin") for n in range(1, chunks + 1)
+        )
 
 
 def store_result_attachments(
-    attachments: Sequence[Attachment], store: str | Path | AttachmentStore | None = None
+    attachments: Sequence[Attachment], store: str | Path | Store | AttachmentStore | None = None
 ) -> list[dict[str, Any]]:
     """Store files a handler returned in its `ToolResult`; their refs go into history."""
     target = open_store(store)

@@ -25,6 +25,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from toren._code_run import CodeRun
@@ -172,6 +173,10 @@ class CallHooks(Protocol):
         timeout_s: float,
     ) -> CodeRun:
         """Run Python `source` in the sandbox, in the run's workspace."""
+        ...
+
+    async def workspace(self, ctx: ToolContext) -> Path:
+        """The run's workspace on this worker, made to match its last recorded version."""
         ...
 
 
@@ -338,6 +343,22 @@ class ToolContext:
         if self.hooks is None:
             raise RuntimeError("run_code needs a run (no hooks in this context)")
         return await self.hooks.run_code(self, source, dict(modules or {}), entry, args, timeout_s)
+
+    async def workspace(self) -> Path:
+        """The run's workspace directory on this worker, as the run's last call left it.
+
+        The files follow the run from host to host (`toren._workspace`): the first use in a
+        call restores the version history recorded last, if this host's copy is not it, and
+        the call's changes are stored when it returns. A tool that writes here should declare
+        `effects="sandbox"`, so its calls run one at a time with the other workspace calls.
+
+        Raises:
+            RuntimeError: Outside a run.
+            temporalio.exceptions.ApplicationError: The store failed (the call is retried).
+        """
+        if self.hooks is None:
+            raise RuntimeError("workspace needs a run (no hooks in this context)")
+        return await self.hooks.workspace(self)
 
     # -- events and messages -----------------------------------------------------------------
 

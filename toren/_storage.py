@@ -6,9 +6,14 @@ above a threshold (256 KiB by default) is written to a store by the data convert
 history keeps a small reference; workers and clients read it back transparently.
 
 ```bash
-TOREN_PAYLOAD_STORE=/var/lib/toren/payloads          # or file:///var/lib/toren/payloads
-TOREN_PAYLOAD_STORE=s3://my-bucket/toren             # AWS_ENDPOINT_URL for MinIO, moto, ...
+TOREN_STORE=s3://my-bucket/toren            # payloads under s3://my-bucket/toren/payloads
+TOREN_STORE=/srv/toren                      # payloads under /srv/toren/payloads
+TOREN_PAYLOAD_STORE=s3://other-bucket/p     # the older setting: payloads alone, wins when set
 ```
+
+Payloads leave history only when one of the two is set: the default store (`.toren` in the
+current directory) is not used for them, since every client reading a run (the `temporal`
+CLI, clients in other languages) would need it too.
 
 ```python
 client = await Client.connect(address, data_converter=storage.data_converter())
@@ -58,6 +63,7 @@ __all__ = [
     "close_storage",
     "data_converter",
     "driver_for",
+    "payload_store_setting",
     "result_limit",
 ]
 
@@ -281,6 +287,15 @@ def driver_for(store: str) -> StorageDriver:
     return FileStorageDriver(store)
 
 
+def payload_store_setting() -> str:
+    """Where payloads go: `TOREN_PAYLOAD_STORE`, else `payloads/` in a set `TOREN_STORE`."""
+    own = os.environ.get(ENV_VAR, "").strip()
+    if own:
+        return own
+    shared = os.environ.get("TOREN_STORE", "").strip()
+    return shared.rstrip("/") + "/payloads" if shared else ""
+
+
 def data_converter(
     store: str | None = None,
     *,
@@ -290,7 +305,8 @@ def data_converter(
     """The toren data converter, with external storage when a store is configured.
 
     Args:
-        store: a `TOREN_PAYLOAD_STORE` value; `None` reads the variable; empty means none.
+        store: a `TOREN_PAYLOAD_STORE` value; `None` reads the settings
+            (`payload_store_setting`); empty means none.
         threshold: payloads at least this many serialized bytes go to the store.
         base: the converter to extend (toren's pydantic converter).
 
@@ -298,7 +314,7 @@ def data_converter(
         `base` itself without a store, else a copy of it with `ExternalStorage`.
     """
     if store is None:
-        store = os.environ.get(ENV_VAR, "")
+        store = payload_store_setting()
     if not store.strip():
         return base
     storage = ExternalStorage(drivers=[driver_for(store.strip())], payload_size_threshold=threshold)

@@ -3,11 +3,13 @@
 A secret set by a tool must reach later calls and executions of its thread, yet never enter
 history in clear. Its value goes into the worker's secret store, a directory of files only
 the worker's user can read, and history keeps a random reference (`sec_...`, not a hash: a
-hash of a short value could be guessed back). Every worker of a task queue must see the same
-directory, as with attachments.
+hash of a short value could be guessed back). It is `secrets/` in the store every worker of a
+task queue shares (`TOREN_STORE`, `toren._store`; files mode 0600 in a directory store), or
+the older `TOREN_SECRETS`, a directory for these values alone.
 
 ```bash
-TOREN_SECRETS=/var/lib/toren/secrets    # default: .toren/secrets in the worker's directory
+TOREN_STORE=s3://bucket/toren           # secrets under s3://bucket/toren/secrets/
+TOREN_SECRETS=/var/lib/toren/secrets    # the older setting; wins when set
 ```
 """
 
@@ -16,11 +18,12 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from temporalio.exceptions import ApplicationError
+
+from toren._store import DirStore, Store, StoreError, StoreMissing, open_store
 from toren.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,10 +36,10 @@ ENV_VAR = "TOREN_SECRETS"
 _REF = re.compile(r"^sec_[0-9a-f]{32}$")
 
 
-def secret_store() -> Path:
-    """The directory: `$TOREN_SECRETS`, else `.toren/secrets` in the cwd."""
+def secret_store() -> Store:
+    """Where the values go: `$TOREN_SECRETS`, else `secrets/` in `TOREN_STORE`."""
     configured = os.environ.get(ENV_VAR, "").strip()
-    return Path(configured).expanduser() if configured else Path.cwd() / ".toren" / "secrets"
+    return DirStore(configured) if configured else open_store().sub("secrets")
 
 
 def seal_env(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -82,29 +85,29 @@ def env_types(
 
 
 def _store(value: str) -> str:
-    root = secret_store()
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
     ref = "sec_" + secrets.token_hex(16)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-")
     try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(value)
-        os.replace(tmp, root / ref)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        secret_store().put_bytes(ref, value.encode())
+    except StoreError as err:
+        # Retryable: the value is in the call's memory only, so the call runs again.
+        raise ApplicationError(
+            f"storing a set_env secret failed: {err}", type="StoreError"
+        ) from None
     return ref
 
 
 def _load(ref: str, name: str) -> str:
     if not _REF.match(ref):
         raise ConfigError(f"set_env value {name!r} has no valid secret reference ({ref!r})")
-    path = secret_store() / ref
+    store = secret_store()
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        return store.get_bytes(ref).decode("utf-8")
+    except StoreMissing:
         raise ConfigError(
-            f"set_env secret {name!r} ({ref}) is not in this worker's secret store {path.parent} "
-            f"(set {ENV_VAR} to a directory every worker of the task queue shares)"
+            f"set_env secret {name!r} ({ref}) is not in this worker's store {store.url} (every "
+            f"worker of the task queue must use the same TOREN_STORE)"
+        ) from None
+    except StoreError as err:
+        raise ApplicationError(
+            f"reading a set_env secret failed: {err}", type="StoreError"
         ) from None

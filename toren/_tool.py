@@ -113,6 +113,9 @@ class Tool:
     """Env values this tool needs, resolved from the worker's environment before each call."""
     native: str | None = None
     """For built-ins the workflow runs itself (`run_process`, `check_run`); not an activity."""
+    workspace: bool = False
+    """Works in the run's workspace without writing to it (`read_file`): its calls are ordered
+    with the workspace's writers. `effects="sandbox"` implies it."""
     annotations: dict[str, Any] = field(default_factory=dict)
     """Free JSON metadata for consumers (UIs, catalogues); toren only shows and records it."""
     progress_argument: str | None = None

@@ -113,6 +113,9 @@ class ToolSpec:
     """The argument that describes the operation in progress (for `tool_call_started`)."""
     annotations: dict[str, Any] | None = None
     """The tool's free JSON metadata, when it declares any."""
+    workspace: bool = False
+    """Calls run in the run's workspace (`effects: sandbox`, `read_file`): one at a time, each
+    from the version the last one recorded (`toren._workspace`)."""
 
 
 @dataclass
@@ -220,6 +223,8 @@ class RunState:
     `cost_usd`, `calls`, `retries`, and `last_prompt` (the last call's input + output)."""
     cost_usd: float = 0.0
     """What the run's model calls (and child runs) cost so far, where prices are known."""
+    workspace: str | None = None
+    """The run's workspace version as its last workspace call left it (`toren._workspace`)."""
     stream: dict[str, Any] | None = None
     """The live stream's state at continue-as-new (its newest items, offsets, publishers), as
     `toren._live.stream_state_json` writes it; the next run's stream goes on from there."""
@@ -281,6 +286,8 @@ class ToolCallInput:
     """Values set by `ctx.set_env` (secret ones by reference)."""
     execution: dict[str, Any] | None = None
     """`{"flow_id", "step_count", "start"}` of the execution this call belongs to."""
+    workspace: str | None = None
+    """The workspace version the run's last workspace call recorded (None: none yet)."""
 
 
 @dataclass
@@ -293,6 +300,8 @@ class ToolCallResult:
     """What the call changed in its run (state, queued tools, events, messages), if anything."""
     call_id: str | None = None
     """Set when the call ran as a local activity, whose recorded marker lacks its input."""
+    workspace: str | None = None
+    """The workspace version this call left (`toren._workspace`), when it wrote there."""
 
 
 @dataclass

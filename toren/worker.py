@@ -24,9 +24,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from toren import _search_attributes as search_attributes
+from toren import _storage as storage
 from toren._agent import Agent
 from toren._plugin import workflow_runner
 from toren._storage import close_storage
+from toren._store import check_store, open_store
 from toren._telemetry import Telemetry, providers_from_env
 from toren.activities._mcp_pool import McpPool
 from toren.activities._runtime import AgentRuntime
@@ -88,6 +90,18 @@ def build_workers(
     ]
 
 
+async def check_stores() -> None:
+    """Fail now, naming the setting, if the store (or a separate payload store) cannot be used.
+
+    Raises:
+        ConfigError: `TOREN_STORE` (or `TOREN_PAYLOAD_STORE`) is unreachable or read-only.
+    """
+    await asyncio.to_thread(check_store)
+    payloads = os.environ.get(storage.ENV_VAR, "").strip()
+    if payloads:
+        await asyncio.to_thread(check_store, open_store(payloads), storage.ENV_VAR)
+
+
 @contextlib.asynccontextmanager
 async def serve(
     client: Client,
@@ -109,6 +123,7 @@ async def serve(
         folders, os.environ if environ is None else environ, models, model_override
     )
     runtime.telemetry = Telemetry(tracer_provider, meter_provider)
+    await check_stores()
     await _check_search_attributes(client, runtime)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(await _attach_mcp(runtime))
@@ -136,6 +151,7 @@ async def run_worker(
 
     runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
     runtime.telemetry = Telemetry(*providers_from_env())
+    await check_stores()
     client = client or await (connect or default_connect)()
     await _check_search_attributes(client, runtime)
     close_mcp = await _attach_mcp(runtime)

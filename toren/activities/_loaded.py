@@ -53,6 +53,7 @@ class LoadedAgent:
                     execution_provider=t.execution_provider,
                     progress_argument=t.progress_argument,
                     annotations=t.annotations or None,
+                    workspace=t.workspace or t.effects == "sandbox",
                 )
                 for t in self.agent.tools.values()
             ],

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,12 +28,14 @@ from toren._redact import Redactor
 from toren._redact import redactor as redactor_of
 from toren._schema import validate_args
 from toren._storage import result_limit
+from toren._store import StoreError
 from toren._thread_env import env_types, seal_env, thread_env_values
 from toren._tool import Tool
 from toren._transcript import assemble
 from toren._types import DEFAULT_TOOL_TIMEOUT_MS, ToolCallInput, ToolCallResult
+from toren._workspace import Workspaces
 from toren.activities._loaded import LoadedAgent
-from toren.tools._sandbox import code_jail, run_code, workspace_dir, workspace_root
+from toren.tools._sandbox import code_jail, run_code
 
 __all__ = [
     "RunHooks",
@@ -71,13 +74,57 @@ async def read_transcript(run_key: str) -> list[dict[str, Any]]:
     return await assemble(segment_of)
 
 
+def workspaces() -> Workspaces:
+    """This worker's workspaces: the cache `TOREN_WORKSPACES` and the store `TOREN_STORE`."""
+    key = (os.environ.get("TOREN_WORKSPACES", ""), os.environ.get("TOREN_STORE", ""), os.getcwd())
+    spaces = _spaces.get(key)
+    if spaces is None:
+        spaces = _spaces[key] = Workspaces.from_env()
+    return spaces
+
+
+_spaces: dict[tuple[str, str, str], Workspaces] = {}
+
+
+def store_failure(err: StoreError, what: str) -> ApplicationError:
+    """A store error as a retryable activity failure (the next attempt may find it back)."""
+    return ApplicationError(f"{what}: {err}", type="StoreError")
+
+
 class RunHooks:
     """Connects a `ToolContext` to its run: queries for reads, nested calls for invokes."""
 
-    def __init__(self, loaded: LoadedAgent, run_key: str) -> None:
+    def __init__(self, loaded: LoadedAgent, run_key: str, version: str | None = None) -> None:
         self.loaded = loaded
         self.run_key = run_key
         self.depth = 0
+        self.version = version
+        """The workspace version the call starts from (what history recorded last)."""
+        self.prepared: Workspaces | None = None
+        """Set once the call used the workspace: it is then stored when the call returns."""
+
+    async def workspace(self, ctx: ToolContext) -> Path:
+        """The run's workspace, made to match `version` on first use in this call."""
+        spaces = self.prepared or workspaces()
+        if self.prepared is None:
+            try:
+                await spaces.prepare(ctx.run_id, self.version)
+            except StoreError as err:
+                raise store_failure(err, "restoring the workspace failed") from None
+            self.prepared = spaces
+        return spaces.path(ctx.run_id)
+
+    async def finish_workspace(self, run_id: str, writes: bool) -> str | None:
+        """Store the workspace if the call used it and may write; return the version it left."""
+        if self.prepared is None:
+            return None
+        try:
+            if not writes:
+                await self.prepared.release(run_id)
+                return None
+            return await self.prepared.commit(run_id, self.version)
+        except StoreError as err:
+            raise store_failure(err, "storing the workspace failed") from None
 
     def _handle(self) -> Any:
         workflow_id, _, run_id = self.run_key.rpartition("/")
@@ -103,7 +150,7 @@ class RunHooks:
     ) -> CodeRun:
         """Run `source` in bash's jail (without network) in the run's workspace."""
         jail = code_jail(self.loaded.agent.config)
-        workspace = workspace_dir(workspace_root(os.environ), ctx.run_id)
+        workspace = await self.workspace(ctx)
         return await run_code(
             jail, workspace, source, modules=modules, entry=entry, args=args, timeout_s=timeout_s
         )
@@ -193,7 +240,7 @@ async def _run_tool_call(
             "environment",
             True,
         )
-    hooks = RunHooks(loaded, input.run_key)
+    hooks = RunHooks(loaded, input.run_key, input.workspace)
     execution = input.execution or {}
     ctx = ToolContext(
         env={**loaded.env, **_variables(tool, os.environ), **thread_env},
@@ -218,6 +265,7 @@ async def _run_tool_call(
         hooks=hooks,
     )
     result = await _call(tool, input.args, ctx)
+    version = await hooks.finish_workspace(ctx.run_id, writes=tool.effects != "none")
     try:
         ctx.context_changes()
     except (TypeError, ValueError) as err:
@@ -247,12 +295,15 @@ async def _run_tool_call(
             f"tool {tool.name} recorded {len(json.dumps(changes).encode()):,} bytes of state, "
             f"events and messages, over the {MAX_CHANGES_BYTES:,}-byte limit; none were kept"
         )
-        return ToolCallResult(text, True, call_id=input.call_id if info.is_local else None)
+        return ToolCallResult(
+            text, True, call_id=input.call_id if info.is_local else None, workspace=version
+        )
     return ToolCallResult(
         text,
         result.is_error,
         changes=changes,
         call_id=input.call_id if info.is_local else None,
+        workspace=version,
     )
 
 

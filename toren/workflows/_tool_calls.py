@@ -8,6 +8,7 @@ local activity when it is a short pure lookup. Workflow-side code: deterministic
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ class ToolCalls:
         """The run's input (its invocation arguments and attachments reach every call)."""
         self._approvals = approvals
         self._background = background
+        self._workspace_lock = asyncio.Lock()
 
     @property
     def _spec(self) -> AgentSpec:
@@ -209,6 +211,18 @@ class ToolCalls:
         return decision
 
     async def _execute(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
+        if tool.workspace:
+            # Workspace calls run one at a time, in the order the model asked for them: each
+            # starts from the version the one before it recorded, and records the one it leaves.
+            async with self._workspace_lock:
+                result = await self._activity(tool, use_id, args)
+        else:
+            result = await self._activity(tool, use_id, args)
+        if result.workspace:  # any tool may use it (ctx.workspace(), ctx.run_code)
+            self._run.workspace = result.workspace
+        return result
+
+    async def _activity(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
         spec = self._spec
         info = workflow.info()
         max_attempts = tool.max_attempts or spec.max_attempts or DEFAULT_TOOL_ATTEMPTS
@@ -232,6 +246,7 @@ class ToolCalls:
                 "step_count": self._run.step,
                 "start": self._run.execution_start,
             },
+            workspace=self._run.workspace,
         )
         retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts)
         activity_type = f"{spec.name}.{tool.name}"

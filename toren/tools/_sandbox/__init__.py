@@ -60,6 +60,8 @@ network, in its run's workspace (`code_jail`, `run_code`); without a working bwr
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -256,7 +258,7 @@ def _bash_tool(options: SandboxConfig, jail: Jail, root: Path) -> Tool:
         kept = "The working directory is this run's workspace, kept between calls"
 
     async def bash(args: BashArgs, ctx: ToolContext) -> dict[str, Any]:
-        workspace = workspace_dir(root, ctx.run_id)
+        workspace = await _workspace(ctx, root)
         env = _sandbox_env(options, ctx.env, ctx.idempotency_key)
         return await jail.run(args.command, workspace, env, args.timeout_seconds)
 
@@ -283,11 +285,19 @@ def _bash_tool(options: SandboxConfig, jail: Jail, root: Path) -> Tool:
     )
 
 
-def _read_file_tool(root: Path) -> Tool:
-    def handler(args: ReadFileArgs, ctx: ToolContext) -> str:
-        return read_file(workspace_dir(root, ctx.run_id), args.path, args.offset, args.limit)
+async def _workspace(ctx: ToolContext, root: Path) -> Path:
+    """The run's workspace: restored to the run's last version in a run, else under `root`."""
+    if ctx.hooks is not None:
+        return await ctx.workspace()
+    return workspace_dir(root, ctx.run_id)
 
-    return define_tool(
+
+def _read_file_tool(root: Path) -> Tool:
+    async def handler(args: ReadFileArgs, ctx: ToolContext) -> str:
+        workspace = await _workspace(ctx, root)
+        return await asyncio.to_thread(read_file, workspace, args.path, args.offset, args.limit)
+
+    tool = define_tool(
         name="read_file",
         description=(
             "Read a text file in the workspace, as lines numbered like `cat -n`. Paths are "
@@ -300,11 +310,14 @@ def _read_file_tool(root: Path) -> Tool:
         timeout_ms=60_000,
         handler=handler,
     )
+    # Ordered with the writers, so it never reads (or restores over) a call half-way through.
+    return dataclasses.replace(tool, workspace=True)
 
 
 def _write_file_tool(root: Path) -> Tool:
-    def handler(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
-        return write_file(workspace_dir(root, ctx.run_id), args.path, args.content)
+    async def handler(args: WriteFileArgs, ctx: ToolContext) -> dict[str, Any]:
+        workspace = await _workspace(ctx, root)
+        return await asyncio.to_thread(write_file, workspace, args.path, args.content)
 
     return define_tool(
         name="write_file",
@@ -322,13 +335,10 @@ def _write_file_tool(root: Path) -> Tool:
 
 
 def _edit_file_tool(root: Path) -> Tool:
-    def handler(args: EditFileArgs, ctx: ToolContext) -> dict[str, Any]:
-        return edit_file(
-            workspace_dir(root, ctx.run_id),
-            args.path,
-            args.old_string,
-            args.new_string,
-            args.replace_all,
+    async def handler(args: EditFileArgs, ctx: ToolContext) -> dict[str, Any]:
+        workspace = await _workspace(ctx, root)
+        return await asyncio.to_thread(
+            edit_file, workspace, args.path, args.old_string, args.new_string, args.replace_all
         )
 
     return define_tool(

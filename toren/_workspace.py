@@ -1,0 +1,399 @@
+"""Workspaces that follow their run: versions by content hash in the store, the local dir a cache.
+
+A run's workspace lives in the store (`toren._store`) as *versions*: each a manifest
+(`versions/<run>/<id>.json`: path → sha256, size, executable bit; directories; symlinks)
+whose files are blobs by content (`blobs/sha256/<ab>/<digest>`). The id is the sha256 of the
+manifest's canonical JSON, so a version names exactly one set of files.
+
+```python
+spaces = Workspaces.from_env()                  # TOREN_WORKSPACES cache + TOREN_STORE
+path = await spaces.prepare("run-1", wanted)    # make the local dir match version `wanted`
+...                                             # bash runs in `path`
+new_id = await spaces.commit("run-1", wanted)   # store what changed; the id of the result
+```
+
+A sandbox call's activity does exactly that, and returns the new id in its result: history
+names the workspace version after every call, and the next call asks for it. So:
+
+- On the host that ran the last call, with nothing touched since, `prepare` compares one id
+  with the one recorded locally (the common case) and does nothing else.
+- On a host new to the run, or one whose copy is stale (another host ran later calls), it
+  restores from the store: only files whose content differs are downloaded.
+- A call retried after its host died starts from the files history says existed before it.
+  A `.busy` marker beside the workspace, set by `prepare` and cleared by `commit`, tells a
+  host that a call may have died half-way in its copy; it then checks every file.
+- `commit` walks the directory, hashes only files whose size, times or inode changed since the
+  last walk, uploads blobs the store lacks, and writes the manifest after them: a manifest in
+  the store always has its blobs. With no change it writes nothing and returns the same id.
+
+What a host remembers is in `<TOREN_WORKSPACES>/.<run>.json` (the version its copy matches and
+each file's stat and digest); deleting it costs one full check, never a wrong file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import stat
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toren._store import Store, StoreError, StoreMissing, open_store
+from toren.tools._sandbox._files import workspace_dir, workspace_name, workspace_root
+
+__all__ = [
+    "Manifest",
+    "Workspaces",
+    "download",
+    "latest_version",
+]
+
+VERSION = 1
+"""The manifest format; a manifest of another version is refused, not misread."""
+RACY_NS = 50_000_000
+"""A file changed this close before a walk is hashed again at the next one: the kernel stamps
+files with a coarse clock (a few ms a tick), so a write in the same tick as the walk could
+leave its size and times as the walk saw them. A change later than that moves its ctime, which
+no program can set back."""
+
+_CHUNK = 1024 * 1024
+_Stat = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+
+@dataclass
+class Manifest:
+    """One version of a workspace: what `commit` stored and `prepare` restores."""
+
+    files: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
+    """Relative path → (sha256, size, executable)."""
+    dirs: list[str] = field(default_factory=list)
+    links: dict[str, str] = field(default_factory=dict)
+    """Relative path → symlink target, kept as text (never followed here)."""
+
+    def to_json(self) -> bytes:
+        """The canonical JSON whose sha256 is the version id."""
+        doc = {
+            "v": VERSION,
+            "files": {p: list(v) for p, v in sorted(self.files.items())},
+            "dirs": sorted(self.dirs),
+            "links": dict(sorted(self.links.items())),
+        }
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    def id(self) -> str:
+        """The version id: sha256 of `to_json()`."""
+        return hashlib.sha256(self.to_json()).hexdigest()
+
+    @classmethod
+    def from_json(cls, data: bytes, expected_id: str) -> Manifest:
+        """Parse a stored manifest, checking it hashes to `expected_id`."""
+        if hashlib.sha256(data).hexdigest() != expected_id:
+            raise StoreError(f"workspace version {expected_id} in the store does not match its id")
+        doc = json.loads(data)
+        if doc.get("v") != VERSION:
+            raise StoreError(f"workspace version {expected_id} has format {doc.get('v')!r}")
+        files = {p: (str(d), int(s), bool(x)) for p, (d, s, x) in doc["files"].items()}
+        return cls(files=files, dirs=list(doc["dirs"]), links=dict(doc["links"]))
+
+    def bytes(self) -> int:
+        """The size of every file it names."""
+        return sum(size for _, size, _ in self.files.values())
+
+
+@dataclass
+class _Local:
+    """What this host knows of its copy of a run's workspace."""
+
+    version: str | None = None
+    """The version the copy matched when last left clean."""
+    stats: dict[str, list[Any]] = field(default_factory=dict)
+    """path → [size, mtime_ns, ctime_ns, inode, sha256] as of the last walk."""
+    walked_ns: int = 0
+
+
+@dataclass
+class Stats:
+    """What the last `prepare` or `commit` did (for benchmarks and logs)."""
+
+    hashed_bytes: int = 0
+    uploaded_bytes: int = 0
+    downloaded_bytes: int = 0
+    files: int = 0
+
+
+class Workspaces:
+    """Every run's workspace on this host: the local cache `root` and the shared `store`."""
+
+    def __init__(self, root: Path, store: Store) -> None:
+        self.root = root
+        self.store = store
+        self.blobs = store.sub("blobs")
+        self.versions = store.sub("versions")
+        self.last = Stats()
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Workspaces:
+        """The cache `TOREN_WORKSPACES` (default `.toren/workspaces`), the store `TOREN_STORE`."""
+        environ = os.environ if environ is None else environ
+        return cls(workspace_root(environ), open_store(environ.get("TOREN_STORE") or None))
+
+    def path(self, run_id: str) -> Path:
+        """The run's local directory (created when absent)."""
+        return workspace_dir(self.root, run_id)
+
+    async def prepare(self, run_id: str, wanted: str | None) -> Path:
+        """Make the run's local directory match version `wanted` (None: no version yet).
+
+        Raises:
+            StoreError: the store failed or lacks the version; the local copy is left marked
+                as unchecked, so the next call checks every file.
+        """
+        return await asyncio.to_thread(self._locked, run_id, self._prepare, run_id, wanted)
+
+    async def commit(self, run_id: str, base: str | None) -> str:
+        """Store the run's directory as a version (the same id when nothing changed).
+
+        Raises:
+            StoreError: the store failed; no manifest was written, the copy stays unchecked.
+        """
+        return await asyncio.to_thread(self._locked, run_id, self._commit, run_id, base)
+
+    async def release(self, run_id: str) -> None:
+        """End a call that only read the workspace: its copy is still the version prepared."""
+        await asyncio.to_thread(self._locked, run_id, self._busy(run_id).unlink, True)
+
+    def _locked(self, run_id: str, fn: Any, *args: Any) -> Any:
+        with self._guard:
+            lock = self._locks.setdefault(run_id, threading.Lock())
+        with lock:
+            return fn(*args)
+
+    # -- the two steps --------------------------------------------------------------------
+
+    def _prepare(self, run_id: str, wanted: str | None) -> Path:
+        path = self.path(run_id)
+        busy = self._busy(run_id)
+        local = self._load(run_id)
+        self.last = Stats()
+        if local is not None and local.version == wanted and not busy.exists():
+            busy.touch()
+            return path  # the common case: this host's copy is that version, untouched
+        if wanted is None and local is None:
+            # A run with no version yet, new here: its directory is empty (or predates
+            # versions, and is left as it was).
+            busy.touch()
+            return path
+        busy.touch()
+        target = Manifest() if wanted is None else self.manifest(run_id, wanted)
+        stats, walked = self._restore(path, target, local)
+        self._save(run_id, _Local(wanted, stats, walked))
+        return path
+
+    def _commit(self, run_id: str, base: str | None) -> str:
+        path = self.path(run_id)
+        local = self._load(run_id) or _Local()
+        self.last = Stats()
+        walked = time.time_ns()
+        manifest, stats = self._walk(path, local)
+        version = manifest.id()
+        if version != base:
+            known = {entry[4] for entry in local.stats.values()} if local.version == base else set()
+            for digest, size, _ in {v[0]: v for v in manifest.files.values()}.values():
+                if digest in known:
+                    continue
+                key = _blob_key(digest)
+                if not self.blobs.exists(key):
+                    source = next(p for p, v in manifest.files.items() if v[0] == digest)
+                    self.blobs.put_file(key, path / source)
+                    self.last.uploaded_bytes += size
+            # Only now: a manifest in the store always has every blob it names.
+            self.versions.put_bytes(_manifest_key(run_id, version), manifest.to_json())
+        self._save(run_id, _Local(version, stats, walked))
+        self._busy(run_id).unlink(missing_ok=True)
+        self.last.files = len(manifest.files)
+        return version
+
+    # -- store ----------------------------------------------------------------------------
+
+    def manifest(self, run_id: str, version: str) -> Manifest:
+        """Version `version` of the run's workspace, from the store."""
+        try:
+            data = self.versions.get_bytes(_manifest_key(run_id, version))
+        except StoreMissing:
+            raise StoreMissing(
+                f"workspace version {version} of {run_id!r} is not in the store "
+                f"{self.store.url}; every worker of the task queue must use the same TOREN_STORE"
+            ) from None
+        return Manifest.from_json(data, version)
+
+    # -- local copy -----------------------------------------------------------------------
+
+    def _walk(self, path: Path, local: _Local) -> tuple[Manifest, dict[str, list[Any]]]:
+        """The directory as a manifest, hashing only files changed since the last walk."""
+        manifest = Manifest()
+        stats: dict[str, list[Any]] = {}
+        for relative, st, target in _entries(path):
+            if target is not None:
+                manifest.links[relative] = target
+            elif stat.S_ISDIR(st.st_mode):
+                manifest.dirs.append(relative)
+            else:
+                key: _Stat = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                old = local.stats.get(relative)
+                fresh = st.st_ctime_ns < local.walked_ns - RACY_NS
+                if old is not None and tuple(old[:4]) == key and fresh:
+                    digest = str(old[4])
+                else:
+                    digest = _hash(path / relative)
+                    self.last.hashed_bytes += st.st_size
+                manifest.files[relative] = (digest, st.st_size, bool(st.st_mode & 0o111))
+                stats[relative] = [*key, digest]
+        return manifest, stats
+
+    def _restore(
+        self, path: Path, target: Manifest, local: _Local | None
+    ) -> tuple[dict[str, list[Any]], int]:
+        """Make `path` hold exactly `target`; return its files' stats and when they were taken."""
+        current, _ = self._walk(path, local or _Local())
+        # Whatever the target does not have, or has as another kind of entry, goes first.
+        wanted_dirs = set(target.dirs)
+        for relative in sorted(current.links.keys() | current.files.keys()):
+            have, want = current.files.get(relative), target.files.get(relative)
+            if have and want and have[0] == want[0]:
+                continue
+            if relative in target.links and current.links.get(relative) == target.links[relative]:
+                continue
+            (path / relative).unlink(missing_ok=True)
+        for relative in sorted(current.dirs, reverse=True):
+            if relative not in wanted_dirs and (path / relative).is_dir():
+                shutil.rmtree(path / relative, ignore_errors=True)
+        for relative in sorted(target.dirs):
+            place = path / relative
+            if place.is_symlink() or (place.exists() and not place.is_dir()):
+                place.unlink()
+            place.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for relative, (digest, size, executable) in sorted(target.files.items()):
+            place = path / relative
+            have = current.files.get(relative)
+            if have is None or have[0] != digest:
+                if place.is_dir() and not place.is_symlink():
+                    shutil.rmtree(place)
+                self.blobs.get_file(_blob_key(digest), place)
+                self.last.downloaded_bytes += size
+                if _hash(place) != digest:
+                    place.unlink(missing_ok=True)
+                    raise StoreError(f"blob {digest} in {self.store.url} does not match its name")
+            os.chmod(place, 0o755 if executable else 0o644)
+        for relative, link in sorted(target.links.items()):
+            place = path / relative
+            if not place.is_symlink():
+                if place.is_dir():
+                    shutil.rmtree(place)
+                place.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(link, place)
+        self.last.files = len(target.files)
+        walked = time.time_ns()
+        stats: dict[str, list[Any]] = {}
+        for relative, (digest, _, _) in target.files.items():
+            st = os.lstat(path / relative)
+            stats[relative] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
+        return stats, walked
+
+    def _state_path(self, run_id: str) -> Path:
+        # Beside the workspace, never in it: the sandbox cannot rewrite what the host trusts.
+        return self.root / f".{workspace_name(run_id)}.json"
+
+    def _busy(self, run_id: str) -> Path:
+        return self.root / f".{workspace_name(run_id)}.busy"
+
+    def _load(self, run_id: str) -> _Local | None:
+        try:
+            doc = json.loads(self._state_path(run_id).read_text())
+            return _Local(doc["version"], dict(doc["stats"]), int(doc["walked_ns"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # absent or unreadable: every file gets checked
+
+    def _save(self, run_id: str, local: _Local) -> None:
+        target = self._state_path(run_id)
+        tmp = target.with_name(target.name + ".tmp")
+        doc = {"version": local.version, "stats": local.stats, "walked_ns": local.walked_ns}
+        tmp.write_text(json.dumps(doc, separators=(",", ":")))
+        os.replace(tmp, target)
+
+
+def _blob_key(digest: str) -> str:
+    return f"sha256/{digest[:2]}/{digest}"
+
+
+def _manifest_key(run_id: str, version: str) -> str:
+    if len(version) != 64 or any(c not in "0123456789abcdef" for c in version):
+        raise StoreError(f"{version!r} is not a workspace version id")
+    return f"{workspace_name(run_id)}/{version}.json"
+
+
+def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
+    """(relative path, lstat, symlink target or None) of every dir, file and link under root.
+
+    Symlinks are never followed; sockets, FIFOs and devices are skipped.
+    """
+    stack = [""]
+    while stack:
+        folder = stack.pop()
+        try:
+            items = list(os.scandir(root / folder if folder else root))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for item in sorted(items, key=lambda i: i.name):
+            relative = f"{folder}/{item.name}" if folder else item.name
+            if not folder and item.name.startswith(".toren-restore-"):
+                continue
+            try:
+                st = item.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                yield relative, st, os.readlink(item.path)
+            elif stat.S_ISDIR(st.st_mode):
+                yield relative, st, None
+                stack.append(relative)
+            elif stat.S_ISREG(st.st_mode):
+                yield relative, st, None
+
+
+def _hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def latest_version(run_id: str, store: Store | None = None) -> str | None:
+    """The newest version in the store of `run_id`'s workspace (by time written), or None.
+
+    History is what names a run's versions; this is for a run whose history is gone.
+    """
+    versions = (store or open_store()).sub("versions")
+    newest = max(versions.list(workspace_name(run_id) + "/"), key=lambda e: e.mtime, default=None)
+    return newest.key.rpartition("/")[2].removesuffix(".json") if newest else None
+
+
+def download(run_id: str, version: str, dest: Path, store: Store | None = None) -> Manifest:
+    """Write version `version` of `run_id`'s workspace into `dest` (created; must be empty)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise FileExistsError(f"{dest} is not empty; give a new or empty directory")
+    spaces = Workspaces(dest.parent, store or open_store())
+    manifest = spaces.manifest(run_id, version)
+    spaces._restore(dest, manifest, None)
+    return manifest
