@@ -29,12 +29,6 @@ HISTORIES: list[bytes] = []
 """Every history a test fetched (serialized), for the secret search."""
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _store(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One store (`TOREN_STORE`) per test process, outside the repo; workers inherit it."""
-    os.environ.setdefault("TOREN_STORE", str(tmp_path_factory.mktemp("store")))
-
-
 @pytest.fixture(scope="session")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     server = DevServer(tmp_path_factory.mktemp("temporal"))
