@@ -139,6 +139,8 @@ class Workspaces:
         self.last = Stats()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._named: set[str] = set()
+        """Runs whose `run.json` (the run id, for retention) this process has written."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Workspaces:
@@ -217,6 +219,11 @@ class Workspaces:
                     self.last.uploaded_bytes += size
             # Only now: a manifest in the store always has every blob it names.
             self.versions.put_bytes(_manifest_key(run_id, version), manifest.to_json())
+            if run_id not in self._named:
+                # Which run the folder is (its name may be sanitized): retention asks Temporal.
+                doc = json.dumps({"run_id": run_id}).encode()
+                self.versions.put_bytes(f"{workspace_name(run_id)}/run.json", doc)
+                self._named.add(run_id)
         self._save(run_id, _Local(version, stats, walked))
         self._busy(run_id).unlink(missing_ok=True)
         self.last.files = len(manifest.files)
