@@ -67,7 +67,7 @@ __all__ = [
 def attach(path_or_bytes: str | bytes, name: str | None = None) -> str:
     """Parse a file into the attachment store and return its id for `start_run(attachments=)`.
 
-    The worker must see the same store (`TOREN_ATTACHMENTS`, a shared directory by default).
+    The worker must use the same store (`TOREN_STORE`: a directory every host shares, or S3).
     """
     from toren._attachments import attach as store_attach
 
