@@ -209,12 +209,12 @@ class Workspaces:
         version = manifest.id()
         if version != base:
             known = {entry[4] for entry in local.stats.values()} if local.version == base else set()
-            for digest, size, _ in {v[0]: v for v in manifest.files.values()}.values():
+            sources = {v[0]: (p, v[1]) for p, v in manifest.files.items()}
+            for digest, (source, size) in sources.items():
                 if digest in known:
                     continue
                 key = _blob_key(digest)
                 if not self.blobs.exists(key):
-                    source = next(p for p, v in manifest.files.items() if v[0] == digest)
                     self.blobs.put_file(key, path / source)
                     self.last.uploaded_bytes += size
             # Only now: a manifest in the store always has every blob it names.

@@ -487,7 +487,19 @@ async def cmd_check(args: argparse.Namespace) -> int:
                 f"max_attempts limits.maxAttemptsPerTask or {DEFAULT_TOOL_ATTEMPTS}); "
                 f"relying on defaults: {', '.join(defaulted)}"
             )
+    print(_store_line())
     return status
+
+
+def _store_line() -> str:
+    """Where workspaces, attachments and secrets go, and whether this host can use it."""
+    from toren._store import ENV_VAR, check_store
+
+    try:
+        store = check_store()
+    except TorenError as err:
+        return f"! {err}"
+    return f"store: {store.url} ({ENV_VAR}; workspaces, attachments, secrets): usable here"
 
 
 def _sandbox_limits_line(config: AgentConfig) -> str:

@@ -155,8 +155,10 @@ class ApprovalWaitError(TorenError):
 
 
 class StoreError(TorenError):
-    """The store (`TOREN_STORE`) cannot store or find something; a tool call that meets one
-    fails as a retryable activity failure."""
+    """The store (`TOREN_STORE`) cannot store or find something.
+
+    A tool call that meets one fails as a retryable activity failure.
+    """
 
 
 class StoreMissing(StoreError, KeyError):
