@@ -38,6 +38,13 @@ README = (ROOT / "README.md").read_text()
 SKIPPED = {
     "./demo.sh": "installs into .venv and starts a dev server on 7233; the demo's own test is "
     "tests/test_example.py (the agent) and tests/test_dev_script.py (the server)",
+    "TOREN_STORE=/mnt/shared/toren": (
+        "settings, not commands; tests/test_store.py checks both kinds of store and "
+        "tests/test_many_hosts.py runs two hosts over each"
+    ),
+    "toren workspace RUN_ID ./out": (
+        "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"
+    ),
     "TOREN_WEB_TOKENS='s3cret,ops-token:support' toren serve --host 0.0.0.0 --port 8000": (
         "a server that runs until stopped; tests/test_web.py drives the same endpoints through "
         "the app and through uvicorn"
