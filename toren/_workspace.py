@@ -292,7 +292,11 @@ class Workspaces:
                 if _hash(place) != digest:
                     place.unlink(missing_ok=True)
                     raise StoreError(f"blob {digest} in {self.store.url} does not match its name")
-            os.chmod(place, 0o755 if executable else 0o644)
+            mode = 0o755 if executable else 0o644
+            # Only when it differs: a chmod moves the ctime, so every file would look changed
+            # just now, and be hashed again at the next two walks (RACY_NS).
+            if stat.S_IMODE(os.lstat(place).st_mode) != mode:
+                os.chmod(place, mode)
         for relative, link in sorted(target.links.items()):
             place = path / relative
             if not place.is_symlink():
