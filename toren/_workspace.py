@@ -290,19 +290,21 @@ class Workspaces:
         for relative, (digest, size, executable) in sorted(target.files.items()):
             place = path / relative
             have = current.files.get(relative)
-            if have is None or have[0] != digest:
+            fetch = have is None or have[0] != digest
+            if fetch:
                 if place.is_dir() and not place.is_symlink():
                     shutil.rmtree(place)
                 self.blobs.get_file(_blob_key(digest), place)
                 self.last.downloaded_bytes += size
-                if _hash(place) != digest:
-                    place.unlink(missing_ok=True)
-                    raise StoreError(f"blob {digest} in {self.store.url} does not match its name")
             mode = 0o755 if executable else 0o644
-            # Only when it differs: a chmod moves the ctime, so every file would look changed
-            # just now, and be hashed again at the next two walks (RACY_NS).
+            # Only when it differs, and before the check below: a chmod moves the ctime, and a
+            # file whose ctime is within RACY_NS of the end of the restore is hashed again at
+            # the next walk (all of them, when every file was chmodded).
             if stat.S_IMODE(os.lstat(place).st_mode) != mode:
                 os.chmod(place, mode)
+            if fetch and _hash(place) != digest:
+                place.unlink(missing_ok=True)
+                raise StoreError(f"blob {digest} in {self.store.url} does not match its name")
         for relative, link in sorted(target.links.items()):
             place = path / relative
             if not place.is_symlink():
