@@ -15,7 +15,9 @@ A "call" rewrites ONE small file (20 KB or 50 KB, new random content, same size)
 commits at once, as the sandbox activity does; each call changes a different file. Between
 calls the script sleeps `--gap` seconds, untimed (the model's turn; default 0.1 s, twice
 `RACY_NS`: with no gap every file written in the last 50 ms is hashed again). Steps, each
-measured `--repeats` times (median reported) after one warm-up call:
+measured `--repeats` times (median reported) after one warm-up call; the first round also
+hashes again what the warm-up wrote (the stale host's full restore, the warm-up call's file),
+so take 3 repeats or more:
 
 - `first commit (all new)`: the first version, every blob uploaded (measured once, not
   repeated).
