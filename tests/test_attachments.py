@@ -292,6 +292,7 @@ def test_missing_file(store: AttachmentStore, tmp_path: Path) -> None:
 def test_store_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TOREN_ATTACHMENTS", raising=False)
+    monkeypatch.delenv("TOREN_STORE", raising=False)  # the suite sets one
     info = attach(b"in the cwd", name="a.txt")
     assert (tmp_path / ".toren" / "attachments" / info.id / "meta.json").is_file()
     monkeypatch.setenv("TOREN_ATTACHMENTS", str(tmp_path / "elsewhere"))
