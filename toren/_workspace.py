@@ -187,9 +187,10 @@ class Workspaces:
         if local is not None and local.version == wanted and not busy.exists():
             busy.touch()
             return path  # the common case: this host's copy is that version, untouched
-        if wanted is None and local is None:
+        if wanted is None and local is None and not busy.exists():
             # A run with no version yet, new here: its directory is empty (or predates
-            # versions, and is left as it was).
+            # versions, and is left as it was). With the marker, the run's first call died
+            # here half-way: what it wrote goes, like any half-done call's.
             busy.touch()
             return path
         busy.touch()
