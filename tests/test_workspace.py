@@ -273,3 +273,22 @@ async def test_a_tampered_blob_or_manifest_is_refused(tmp_path: Path, store: Rec
         await host(tmp_path, store, "h3").prepare(RUN, v1)
     with pytest.raises(StoreError, match="not a workspace version id"):
         await host(tmp_path, store, "h4").prepare(RUN, "../../etc")
+
+
+async def test_a_version_missing_from_the_store_names_the_setting(
+    tmp_path: Path, store: Recording
+) -> None:
+    # History names a version this host's store lacks: a worker on another TOREN_STORE.
+    spaces = host(tmp_path, store, "h1")
+    ws = await spaces.prepare(RUN, None)
+    (ws / "a.txt").write_text("alpha")
+    v1 = await spaces.commit(RUN, None)
+    elsewhere = Workspaces(tmp_path / "h2" / "workspaces", DirStore(tmp_path / "other-store"))
+    with pytest.raises(StoreError) as err:
+        await elsewhere.prepare(RUN, v1)
+    assert f"workspace version {v1} of {RUN!r} is not in the store" in str(err.value)
+    assert "every worker of the task queue must use the same TOREN_STORE" in str(err.value)
+    # The copy stays marked unchecked: once the store has the version, it is restored.
+    store_two = Workspaces(tmp_path / "h2" / "workspaces", store)
+    await store_two.prepare(RUN, v1)
+    assert (store_two.path(RUN) / "a.txt").read_text() == "alpha"
