@@ -183,11 +183,14 @@ async def test_a_call_that_died_half_way_is_rolled_back(tmp_path: Path, store: R
     (ws / "empty").rmdir()
     (ws / "link").unlink()
     os.symlink("/etc", ws / "link")
+    os.mkfifo(ws / "pipe")  # not a file a version can hold, but the call left it
+    os.mkfifo(ws / "src" / "pipe2")
 
     # The worker restarts on this host (a new process: a new `Workspaces`) and the next call
     # asks for v1, the last version history recorded.
     restarted = host(tmp_path, store, "h1")
     assert await restarted.prepare(RUN, v1) == ws
+    assert not os.path.lexists(ws / "pipe") and not os.path.lexists(ws / "src" / "pipe2")
     assert snapshot(ws) == before
 
 

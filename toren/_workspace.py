@@ -238,8 +238,14 @@ class Workspaces:
 
     # -- local copy -----------------------------------------------------------------------
 
-    def _walk(self, path: Path, local: _Local) -> tuple[Manifest, dict[str, list[Any]]]:
-        """The directory as a manifest, hashing only files changed since the last walk."""
+    def _walk(
+        self, path: Path, local: _Local, specials: list[str] | None = None
+    ) -> tuple[Manifest, dict[str, list[Any]]]:
+        """The directory as a manifest, hashing only files changed since the last walk.
+
+        Entries a version cannot hold (FIFOs, sockets, devices) are left out, and listed in
+        `specials` when it is given.
+        """
         manifest = Manifest()
         stats: dict[str, list[Any]] = {}
         for relative, st, target in _entries(path):
@@ -247,6 +253,9 @@ class Workspaces:
                 manifest.links[relative] = target
             elif stat.S_ISDIR(st.st_mode):
                 manifest.dirs.append(relative)
+            elif not stat.S_ISREG(st.st_mode):
+                if specials is not None:
+                    specials.append(relative)
             else:
                 key: _Stat = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 old = local.stats.get(relative)
@@ -264,8 +273,12 @@ class Workspaces:
         self, path: Path, target: Manifest, local: _Local | None
     ) -> tuple[dict[str, list[Any]], int]:
         """Make `path` hold exactly `target`; return its files' stats and when they were taken."""
-        current, _ = self._walk(path, local or _Local())
-        # Whatever the target does not have, or has as another kind of entry, goes first.
+        specials: list[str] = []
+        current, _ = self._walk(path, local or _Local(), specials)
+        # Whatever the target does not have, or has as another kind of entry, goes first:
+        # a FIFO or socket a half-done call left too, since no version holds one.
+        for relative in specials:
+            (path / relative).unlink(missing_ok=True)
         wanted_dirs = set(target.dirs)
         for relative in sorted(current.links.keys() | current.files.keys()):
             have, want = current.files.get(relative), target.files.get(relative)
@@ -344,7 +357,7 @@ def _manifest_key(run_id: str, version: str) -> str:
 def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
     """(relative path, lstat, symlink target or None) of every dir, file and link under root.
 
-    Symlinks are never followed; sockets, FIFOs and devices are skipped.
+    Symlinks are never followed; sockets, FIFOs and devices are yielded too (callers skip them).
     """
     stack = [""]
     while stack:
@@ -366,7 +379,7 @@ def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
             elif stat.S_ISDIR(st.st_mode):
                 yield relative, st, None
                 stack.append(relative)
-            elif stat.S_ISREG(st.st_mode):
+            else:
                 yield relative, st, None
 
 
