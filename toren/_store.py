@@ -292,7 +292,7 @@ class S3Store(Store):
         with self._lock:
             if self._client is None:
                 try:
-                    import boto3
+                    import boto3  # type: ignore[import-untyped]  # no stubs shipped
                     from botocore.config import Config
                 except ImportError as err:
                     raise ConfigError(
