@@ -295,3 +295,74 @@ async def test_a_version_missing_from_the_store_names_the_setting(
     store_two = Workspaces(tmp_path / "h2" / "workspaces", store)
     await store_two.prepare(RUN, v1)
     assert (store_two.path(RUN) / "a.txt").read_text() == "alpha"
+
+
+UNREADABLE = """
+import asyncio, os, sys
+from pathlib import Path
+from toren._store import DirStore
+from toren._workspace import Workspaces, download
+
+base = Path(sys.argv[1])
+store = DirStore(base / "store")
+
+
+async def main() -> None:
+    spaces = Workspaces(base / "h1", store)
+    ws = await spaces.prepare("r", None)
+    (ws / "d").mkdir()
+    (ws / "d" / "f.txt").write_text("f")
+    (ws / "locked").mkdir()
+    (ws / "locked" / "in.txt").write_text("in")
+    (ws / "secret.txt").write_text("s")
+    # A call locks its own files away from their owner, then ends: its copy is stored.
+    os.chmod(ws / "locked", 0)
+    os.chmod(ws / "secret.txt", 0)
+    os.chmod(ws / "d", 0o500)
+    v1 = await spaces.commit("r", None)
+    download("r", v1, base / "v1", store)
+    print(sorted(str(p.relative_to(base / "v1")) for p in (base / "v1").rglob("*")))
+    # The next call does the same to fresh files, then dies: the copy is rolled back to v1.
+    await spaces.prepare("r", v1)
+    (ws / "half").mkdir()
+    (ws / "half" / "x").write_text("x")
+    os.chmod(ws / "half", 0)
+    os.chmod(ws, 0o500)
+    await Workspaces(base / "h1", store).prepare("r", v1)
+    print(sorted(str(p.relative_to(ws)) for p in ws.rglob("*")))
+
+
+asyncio.run(main())
+"""
+
+
+def test_files_the_sandbox_locked_from_their_owner_are_stored_and_rolled_back(
+    tmp_path: Path,
+) -> None:
+    # Root reads through any mode, so as root the check runs as `nobody`.
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv to drop to another user")
+        prefix = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    base = Path(tempfile.mkdtemp(prefix="toren-ws-"))
+    try:
+        base.chmod(0o777)
+        root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        out = subprocess.run([*prefix, sys.executable, "-c", UNREADABLE, str(base)],
+                             env=env, capture_output=True, text=True, cwd=base, timeout=60)  # fmt: skip
+        if prefix and "ModuleNotFoundError: No module named 'toren'" in out.stderr:
+            pytest.skip("user 65534 cannot read this checkout")
+        assert out.returncode == 0, out.stderr[-3000:]
+        stored, rolled_back = out.stdout.splitlines()
+        assert stored == str(["d", "d/f.txt", "locked", "locked/in.txt", "secret.txt"])
+        assert rolled_back == stored
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -33,6 +33,7 @@ each file's stat and digest); deleting it costs one full check, never a wrong fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -358,7 +359,12 @@ def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
     """(relative path, lstat, symlink target or None) of every dir, file and link under root.
 
     Symlinks are never followed; sockets, FIFOs and devices are yielded too (callers skip them).
+    A directory or file the sandbox made unreadable or unwritable to its owner (`chmod 000`)
+    gets its owner's permissions back, else a worker not running as root could neither store
+    nor roll back that copy (versions keep no mode but the executable bit).
     """
+    with contextlib.suppress(OSError):
+        _give_owner(root, os.lstat(root), 0o700)
     stack = [""]
     while stack:
         folder = stack.pop()
@@ -378,9 +384,20 @@ def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
                 yield relative, st, os.readlink(item.path)
             elif stat.S_ISDIR(st.st_mode):
                 yield relative, st, None
+                _give_owner(Path(item.path), st, 0o700)
                 stack.append(relative)
             else:
+                if stat.S_ISREG(st.st_mode) and _give_owner(Path(item.path), st, 0o600):
+                    st = os.lstat(item.path)
                 yield relative, st, None
+
+
+def _give_owner(path: Path, st: os.stat_result, bits: int) -> bool:
+    """Add `bits` to `path`'s owner permissions when some are missing; return whether it did."""
+    if st.st_mode & bits == bits:
+        return False
+    os.chmod(path, stat.S_IMODE(st.st_mode) | bits)  # never a link: `st` is its lstat
+    return True
 
 
 def _hash(path: Path) -> str:
