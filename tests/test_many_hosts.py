@@ -3,8 +3,9 @@ attachments included.
 
 Two `toren worker` subprocesses serve one sandboxed agent, each with its own directory and
 workspace cache (`TOREN_WORKSPACES`), as two machines would; they share only the store
-(`TOREN_STORE`: a directory, then S3 on a moto server) and the Temporal server. The scripted
-run writes files, reads an attachment, then starts a slow bash call that half-changes the
+(`TOREN_STORE`: a directory, then S3 on a moto server) and the Temporal server. The
+attachment is made before the run (`toren._attachments.attach`; with S3, `toren attach` from a
+third directory). The scripted run writes files, reads the attachment, then starts a slow bash call that half-changes the
 workspace; the worker running it is SIGKILLed. bash fails closed (`max_attempts=1`) and the
 other worker finishes the run: its calls see every file from before the killed call and none
 of what the killed call did, and the attachment is still readable.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -165,10 +167,27 @@ async def run_losing_a_host(
     store: Store,
     store_env: dict[str, str],
     tmp_path: Path,
+    attach_with_cli: bool = False,
 ) -> None:
-    brief = attach(b"The brief: ship it on Friday.\n", "brief.txt", store=store.sub("attachments"))
+    brief_file = tmp_path / "brief.txt"
+    brief_file.write_bytes(b"The brief: ship it on Friday.\n")
+    if attach_with_cli:
+        # From a third machine (its own directory), as a person would: `toren attach`.
+        client_home = tmp_path / "client"
+        client_home.mkdir()
+        env = {k: v for k, v in os.environ.items() if k != "TOREN_ATTACHMENTS"}
+        out = subprocess.run(
+            [sys.executable, "-m", "toren.cli", "attach", str(brief_file)],
+            capture_output=True, text=True, timeout=60, cwd=client_home,
+            env={**env, **store_env, "PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        [brief_id] = re.findall(r"\batt_[0-9a-f]{16}\b", out.stdout)
+        assert not (client_home / ".toren").exists()  # it went to the store
+    else:
+        brief_id = attach(brief_file, store=store.sub("attachments")).id
     folder = make_agent(
-        script=script(brief.id),
+        script=script(brief_id),
         sandbox={"approval": "never"},
         builtin_tools=["read_attachment"],
     )
@@ -176,7 +195,7 @@ async def run_losing_a_host(
     await wait_for(lambda: all(w.ready() for w in workers), timeout=90)
     run_id = f"hosts-{uuid.uuid4().hex[:10]}"
     handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id,
-                                          attachments=[brief.id])  # fmt: skip
+                                          attachments=[brief_id])  # fmt: skip
 
     # The slow call is in its handler on one host (it wrote its first file there): kill it.
     def running_slow_call() -> Host | None:
@@ -251,8 +270,9 @@ async def test_a_run_survives_losing_its_host_with_an_s3_store(
     s3.create_bucket(Bucket=bucket)
     url = f"s3://{bucket}/toren"
     await run_losing_a_host(
-        client, make_agent, hosts, open_store(url), {"TOREN_STORE": url, **s3_env}, tmp_path
-    )
+        client, make_agent, hosts, open_store(url), {"TOREN_STORE": url, **s3_env}, tmp_path,
+        attach_with_cli=True,
+    )  # fmt: skip
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert any(k.startswith("toren/versions/") for k in keys)
     assert any(k.startswith("toren/attachments/") for k in keys)
