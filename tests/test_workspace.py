@@ -366,3 +366,22 @@ def test_files_the_sandbox_locked_from_their_owner_are_stored_and_rolled_back(
         assert rolled_back == stored
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_version_history_never_recorded_is_undone(tmp_path: Path, store: Recording) -> None:
+    # The worker died after `commit` stored v2 but before its result reached history: the
+    # next call asks for v1 again, on this host (its copy is v2, not busy) or another.
+    spaces = host(tmp_path, store, "h1")
+    ws = await spaces.prepare(RUN, None)
+    fill(ws)
+    v1 = await spaces.commit(RUN, None)
+    before = snapshot(ws)
+    await spaces.prepare(RUN, v1)
+    (ws / "a.txt").write_text("only in v2\n")
+    (ws / "extra.txt").write_text("only in v2\n")
+    v2 = await spaces.commit(RUN, v1)
+    assert v2 != v1
+    await host(tmp_path, store, "h1").prepare(RUN, v1)
+    assert snapshot(ws) == before
+    other = host(tmp_path, store, "h2")
+    assert snapshot(await other.prepare(RUN, v1)) == before
