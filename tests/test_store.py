@@ -258,16 +258,27 @@ def worker_with_store(
     yield run
 
 
+@pytest.mark.parametrize(
+    ("setting", "reason"),
+    [
+        ("{tmp}/a-file/store", "Not a directory"),
+        ("gs://bucket/x", "unsupported scheme 'gs'"),
+        ("s3:///x", "an S3 store needs a bucket"),
+    ],
+)
 def test_worker_with_an_unusable_store_exits_with_one_line(
-    worker_with_store: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+    worker_with_store: Callable[..., subprocess.CompletedProcess[str]],
+    tmp_path: Path,
+    setting: str,
+    reason: str,
 ) -> None:
     (tmp_path / "a-file").write_text("x")
-    where = str(tmp_path / "a-file" / "store")
+    where = setting.format(tmp=tmp_path)
     out = worker_with_store(where)
     assert out.returncode != 0, out
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
-    assert f"TOREN_STORE={where!r}" in lines[0] and "Not a directory" in lines[0], lines[0]
+    assert f"TOREN_STORE={where!r}" in lines[0] and reason in lines[0], lines[0]
     assert "Traceback" not in out.stderr
 
 
