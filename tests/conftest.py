@@ -33,12 +33,6 @@ HISTORIES: list[bytes] = []
 """Every history a test fetched (serialized), for the secret search."""
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _store(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One store (`TOREN_STORE`) per test process, outside the repo; workers inherit it."""
-    os.environ.setdefault("TOREN_STORE", str(tmp_path_factory.mktemp("store")))
-
-
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """A moto S3 server on a free loopback port, shared by the session's S3 tests.

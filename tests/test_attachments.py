@@ -292,9 +292,13 @@ def test_missing_file(store: AttachmentStore, tmp_path: Path) -> None:
 def test_store_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TOREN_ATTACHMENTS", raising=False)
-    monkeypatch.delenv("TOREN_STORE", raising=False)  # the suite sets one
+    monkeypatch.delenv("TOREN_STORE", raising=False)
     info = attach(b"in the cwd", name="a.txt")
     assert (tmp_path / ".toren" / "attachments" / info.id / "meta.json").is_file()
+    monkeypatch.setenv("TOREN_STORE", str(tmp_path / "shared"))
+    info = attach(b"in the store", name="s.txt")
+    assert (tmp_path / "shared" / "attachments" / info.id / "meta.json").is_file()
+    # The older setting, a directory for attachments alone, wins when it is set.
     monkeypatch.setenv("TOREN_ATTACHMENTS", str(tmp_path / "elsewhere"))
     info = attach(b"from the env", name="b.txt")
     assert (tmp_path / "elsewhere" / info.id / "meta.json").is_file()

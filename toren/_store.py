@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from toren.errors import ConfigError
+from toren.errors import ConfigError, StoreError, StoreMissing
 
 __all__ = [
     "DEFAULT",
@@ -61,20 +61,6 @@ DEFAULT = ".toren"
 """The store when `TOREN_STORE` is unset: this directory under the current one."""
 
 _KEY = re.compile(r"^[A-Za-z0-9_.=+@:-][A-Za-z0-9_.=+@:/-]*$")
-
-
-class StoreError(Exception):
-    """The store could not be read or written (a network error, a full disk, no permission).
-
-    A tool call that meets one fails as a retryable activity failure.
-    """
-
-
-class StoreMissing(StoreError, KeyError):
-    """The key is not in the store."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "missing"
 
 
 @dataclass(frozen=True)
@@ -292,7 +278,7 @@ class S3Store(Store):
         with self._lock:
             if self._client is None:
                 try:
-                    import boto3  # type: ignore[import-untyped]  # no stubs shipped
+                    import boto3  # type: ignore[import-untyped]
                     from botocore.config import Config
                 except ImportError as err:
                     raise ConfigError(

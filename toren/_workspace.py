@@ -140,6 +140,8 @@ class Workspaces:
         self.last = Stats()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._named: set[str] = set()
+        """Runs whose `run.json` (the run id, for retention) this process has written."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Workspaces:
@@ -209,16 +211,21 @@ class Workspaces:
         version = manifest.id()
         if version != base:
             known = {entry[4] for entry in local.stats.values()} if local.version == base else set()
-            for digest, size, _ in {v[0]: v for v in manifest.files.values()}.values():
+            sources = {v[0]: (p, v[1]) for p, v in manifest.files.items()}
+            for digest, (source, size) in sources.items():
                 if digest in known:
                     continue
                 key = _blob_key(digest)
                 if not self.blobs.exists(key):
-                    source = next(p for p, v in manifest.files.items() if v[0] == digest)
                     self.blobs.put_file(key, path / source)
                     self.last.uploaded_bytes += size
             # Only now: a manifest in the store always has every blob it names.
             self.versions.put_bytes(_manifest_key(run_id, version), manifest.to_json())
+            if run_id not in self._named:
+                # Which run the folder is (its name may be sanitized): retention asks Temporal.
+                doc = json.dumps({"run_id": run_id}).encode()
+                self.versions.put_bytes(f"{workspace_name(run_id)}/run.json", doc)
+                self._named.add(run_id)
         self._save(run_id, _Local(version, stats, walked))
         self._busy(run_id).unlink(missing_ok=True)
         self.last.files = len(manifest.files)

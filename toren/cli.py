@@ -319,6 +319,49 @@ async def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_workspace(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from toren._workspace import download
+
+    version = args.version
+    if version is None:
+        client = await _connect()
+        version = await toren_client.workspace_version(client, args.run_id)
+        if version is None:
+            print(
+                f"toren: run {args.run_id!r} recorded no workspace version: none of its calls "
+                "used the workspace (or it ran before workspaces were stored)",
+                file=sys.stderr,
+            )
+            return 1
+    manifest = await asyncio.to_thread(download, args.run_id, version, Path(args.dir))
+    print(
+        f"{args.dir}: {len(manifest.files)} file(s), {manifest.bytes():,} bytes "
+        f"(workspace version {version[:12]} of {args.run_id})"
+    )
+    return 0
+
+
+async def cmd_store(args: argparse.Namespace) -> int:
+    from toren._retention import ENV_VAR, prune, retention_days
+    from toren._store import check_store
+    from toren.errors import UsageError
+
+    days = args.older_than or retention_days()
+    if days is None:
+        raise UsageError(f"say how old: --older-than DAYS, or set {ENV_VAR}")
+    store = await asyncio.to_thread(check_store)
+    client = await _connect()
+    pruned = await prune(client, days, store)
+    print(
+        f"{store.url}: deleted the versions of {pruned.runs} run(s) closed over "
+        f"{days:g} day(s) ago ({pruned.versions} version(s)), and {pruned.blobs} "
+        f"blob(s) no version names ({pruned.bytes:,} bytes)"
+    )
+    return 0
+
+
 async def cmd_replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -444,7 +487,19 @@ async def cmd_check(args: argparse.Namespace) -> int:
                 f"max_attempts limits.maxAttemptsPerTask or {DEFAULT_TOOL_ATTEMPTS}); "
                 f"relying on defaults: {', '.join(defaulted)}"
             )
+    print(_store_line())
     return status
+
+
+def _store_line() -> str:
+    """Where workspaces, attachments and secrets go, and whether this host can use it."""
+    from toren._store import ENV_VAR, check_store
+
+    try:
+        store = check_store()
+    except TorenError as err:
+        return f"! {err}"
+    return f"store: {store.url} ({ENV_VAR}; workspaces, attachments, secrets): usable here"
 
 
 def _sandbox_limits_line(config: AgentConfig) -> str:
@@ -506,6 +561,16 @@ def _parse_kv(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not days > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of days, e.g. 7")
+    return days
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toren", description="Durable LLM agents on Temporal.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -546,12 +611,27 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("attach", help="parse files into the attachment store; prints their ids")
     p.add_argument("file", nargs="+")
-    p.add_argument("--store", help="store directory (default $TOREN_ATTACHMENTS or .toren/)")
+    p.add_argument(
+        "--store", help="attachments directory (default: attachments/ in $TOREN_STORE or .toren)"
+    )
 
     p = sub.add_parser(
         "replay", help="replay runs (ids, or history JSON files) against this code: a deploy check"
     )
     p.add_argument("source", nargs="+", help="run id, or a history .json file")
+
+    p = sub.add_parser("workspace", help="download a run's workspace (as history last recorded)")
+    p.add_argument("run_id")
+    p.add_argument("dir", help="a new or empty directory")
+    p.add_argument("--version", help="a version id from the run's history instead of its last")
+
+    p = sub.add_parser("store", help="the store (TOREN_STORE): prune closed runs' objects")
+    store_sub = p.add_subparsers(dest="store_command", required=True)
+    p = store_sub.add_parser("prune", help="delete the workspaces of runs closed long ago")
+    p.add_argument(
+        "--older-than", type=_days, default=None, metavar="DAYS",
+        help="runs closed more than DAYS ago (default $TOREN_STORE_RETENTION_DAYS)",
+    )  # fmt: skip
 
     p = sub.add_parser("events", help="a run's history as an event log")
     p.add_argument("run_id")
@@ -586,6 +666,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "setup": cmd_setup,
         "attach": cmd_attach,
         "replay": cmd_replay,
+        "workspace": cmd_workspace,
+        "store": cmd_store,
         "serve": cmd_serve,
         "approve": lambda a: cmd_decide(a, True),
         "deny": lambda a: cmd_decide(a, False),

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.common import SearchAttributeKey
+from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from toren._events import Event, read_through, render
@@ -58,13 +60,14 @@ __all__ = [
     "start_thread",
     "stream",
     "wait_for_approval",
+    "workspace_version",
 ]
 
 
 def attach(path_or_bytes: str | bytes, name: str | None = None) -> str:
     """Parse a file into the attachment store and return its id for `start_run(attachments=)`.
 
-    The worker must see the same store (`TOREN_ATTACHMENTS`, a shared directory by default).
+    The worker must use the same store (`TOREN_STORE`: a directory every host shares, or S3).
     """
     from toren._attachments import attach as store_attach
 
@@ -234,6 +237,45 @@ async def first_run(client: Client, run_id: str) -> str:
                 run = (await handle.describe()).run_id
             return run
         run = started.continued_execution_run_id
+
+
+async def workspace_version(client: Client, run_id: str) -> str | None:
+    """The workspace version a run's history recorded last (`toren._workspace`).
+
+    Looks at the latest run of the chain first: its calls' results, then the state it was
+    continued with. None when no call of the run used the workspace.
+    """
+    converter = client.data_converter
+    for history in reversed(await histories(client, run_id)):
+        chain = list(history.events)
+        await read_through(chain, converter)
+        for event in reversed(chain):
+            found = _recorded_workspace(event, converter.payload_converter)
+            if found:
+                return found
+    return None
+
+
+def _recorded_workspace(event: HistoryEvent, converter: PayloadConverter) -> str | None:
+    if event.HasField("activity_task_completed_event_attributes"):
+        payloads = event.activity_task_completed_event_attributes.result.payloads
+    elif event.HasField("marker_recorded_event_attributes"):
+        payloads = event.marker_recorded_event_attributes.details["data"].payloads
+    elif event.HasField("workflow_execution_started_event_attributes"):
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+    else:
+        return None
+    for payload in payloads:
+        try:
+            value = converter.from_payloads([payload])[0]
+        except Exception:
+            continue
+        if not isinstance(value, dict):
+            continue
+        found = value.get("workspace") or (value.get("carry") or {}).get("workspace")
+        if isinstance(found, str) and found:
+            return found
+    return None
 
 
 async def events(client: Client, run_id: str) -> list[Event]:

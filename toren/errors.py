@@ -14,7 +14,8 @@ TorenError                  root of everything toren raises to a user
 │   └── SandboxError        a workspace path or command the model got wrong
 ├── UsageError              a call to toren's API with a wrong argument (also a ValueError)
 ├── ApprovalWaitError       `wait_for_approval` saw no waiting call in time, or the run closed
-├── StoreError              the payload or attachment store cannot store or find something
+├── StoreError              the store (`TOREN_STORE`) cannot store or find something
+│   ├── StoreMissing        the key is not in the store (also a KeyError)
 │   └── AttachmentError     a file cannot be attached or an attachment cannot be read
 └── RunError                a run ended by a budget or a deterministic mistake; a workflow
                             failure type, raised non-retryable so Temporal does not retry it
@@ -46,6 +47,7 @@ __all__ = [
     "SandboxError",
     "SqlQueryError",
     "StoreError",
+    "StoreMissing",
     "ToolError",
     "TorenError",
     "UsageError",
@@ -153,7 +155,17 @@ class ApprovalWaitError(TorenError):
 
 
 class StoreError(TorenError):
-    """The payload store or the attachment store cannot store or find something."""
+    """The store (`TOREN_STORE`) cannot store or find something.
+
+    A tool call that meets one fails as a retryable activity failure.
+    """
+
+
+class StoreMissing(StoreError, KeyError):
+    """The key is not in the store; the message says which and where."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "missing"
 
 
 class AttachmentError(StoreError):

@@ -27,6 +27,7 @@ from toren import _search_attributes as search_attributes
 from toren import _storage as storage
 from toren._agent import Agent
 from toren._plugin import workflow_runner
+from toren._retention import retention_days, run_retention
 from toren._storage import close_storage
 from toren._store import check_store, open_store
 from toren._telemetry import Telemetry, providers_from_env
@@ -152,6 +153,7 @@ async def run_worker(
     runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
     runtime.telemetry = Telemetry(*providers_from_env())
     await check_stores()
+    retention_days()  # a bad value fails the worker now, not an hour from now
     client = client or await (connect or default_connect)()
     await _check_search_attributes(client, runtime)
     close_mcp = await _attach_mcp(runtime)
@@ -170,6 +172,8 @@ async def run_worker(
             ", ".join(loaded.agent.tools) or "none",
         )
     tasks = [asyncio.create_task(w.run()) for w in workers]
+    days = retention_days()
+    pruning = asyncio.create_task(run_retention(client, days)) if days else None
     if ready:
         ready.set()
     stopper = asyncio.create_task(stop.wait())
@@ -177,6 +181,8 @@ async def run_worker(
     for task in done:
         if task is not stopper and task.exception():
             raise task.exception()  # type: ignore[misc]
+    if pruning:
+        pruning.cancel()
     log.info("shutting down: in-flight calls get %s to finish", GRACEFUL_SHUTDOWN)
     await asyncio.gather(*(w.shutdown() for w in workers))
     runtime.telemetry.flush()

@@ -8,8 +8,8 @@ builtin_tools: [read_attachment]
 Attach files before the run (`toren._attachments.attach("report.pdf")` returns the id) and
 start it with `attachments=[id]`. The model calls `read_attachment {"file_id": "att_...",
 "page": 2}` and gets `{"name": "report.pdf", "page": 2, "of": 12, "text": "..."}`. Only ids
-attached to the current run can be read. The store is `TOREN_ATTACHMENTS` from the worker's
-environment, or `.toren/attachments` in the worker's cwd.
+attached to the current run can be read. They are read from `attachments/` in the worker's store
+(`TOREN_STORE`, default `.toren` in its cwd), or the older `TOREN_ATTACHMENTS` directory.
 """
 
 from __future__ import annotations

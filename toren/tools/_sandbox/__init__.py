@@ -27,11 +27,13 @@ The agent gets four tools, all working in one directory per run, its *workspace*
 - `write_file {path, content}` → `{path, bytes}`, creating parent directories.
 - `edit_file {path, old_string, new_string, replace_all=false}` → `{path, replacements}`.
 
-The workspace is `$TOREN_WORKSPACES/<run id>/` (default `.toren/workspaces/` under the worker's
-cwd; `TOREN_WORKSPACES` is read from the worker's environment, it is operator config). It is a
-plain directory: it survives the run's steps and worker restarts on the same host, and nothing
-here deletes it. File tools take workspace-relative paths and refuse absolute paths, `..` and
-symlinks leading outside it.
+The workspace follows the run from host to host (`toren._workspace`): each call that changes it
+stores a version in the store (`TOREN_STORE`) and records its id in history; the next call,
+on whichever host, starts from that version. On a host it is `$TOREN_WORKSPACES/<run id>/`
+(default `.toren/workspaces/` under the worker's cwd), a cache of the version history names.
+The four tools are workspace calls: one at a time per run, in the order the model asked. File
+tools take workspace-relative paths and refuse absolute paths, `..` and symlinks leading
+outside it.
 
 **Isolation.** bash runs under `bwrap` in new user, pid, network, ipc, uts and cgroup
 namespaces with every capability dropped. It sees read-only `/usr` (and the `/bin`, `/lib`
