@@ -76,7 +76,8 @@ def snapshot(ws: Path) -> dict[str, object]:
 
 
 def versions(store: Recording) -> list[str]:
-    return sorted(e.key for e in store.sub("versions").list())
+    """The manifests in the store (a run's folder also holds `run.json`, naming the run)."""
+    return sorted(e.key for e in store.sub("versions").list() if not e.key.endswith("/run.json"))
 
 
 async def test_round_trip_and_a_commit_without_changes_stores_nothing(

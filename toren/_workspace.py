@@ -37,6 +37,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import threading
@@ -65,6 +66,7 @@ leave its size and times as the walk saw them. A change later than that moves it
 no program can set back."""
 
 _CHUNK = 1024 * 1024
+_VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
 _Stat = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
 
 
@@ -422,7 +424,13 @@ def latest_version(run_id: str, store: Store | None = None) -> str | None:
     History is what names a run's versions; this is for a run whose history is gone.
     """
     versions = (store or open_store()).sub("versions")
-    newest = max(versions.list(workspace_name(run_id) + "/"), key=lambda e: e.mtime, default=None)
+    # Only manifests: the folder also holds `run.json`, which names the run.
+    manifests = [
+        entry
+        for entry in versions.list(workspace_name(run_id) + "/")
+        if _VERSION_FILE.fullmatch(entry.key.rpartition("/")[2])
+    ]
+    newest = max(manifests, key=lambda e: e.mtime, default=None)
     return newest.key.rpartition("/")[2].removesuffix(".json") if newest else None
 
 
