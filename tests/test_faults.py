@@ -49,6 +49,7 @@ def test_fault_harness_short_mode() -> None:
         "3 server restart",
         "4 model failures",
         "5 worker SIGTERM",
+        "6 host loss + workspace",
     ):
         assert name in proc.stdout, f"no rows for {name!r}:\n{proc.stdout[-3000:]}"
     assert "0 must-figure(s) off" in proc.stdout, proc.stdout[-3000:]

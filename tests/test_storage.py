@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +25,6 @@ from toren import _storage as storage
 from toren import client as toren_client
 from toren._limits import MAX_RESULT_BYTES
 from toren.models._base import ModelReply, ModelRequest
-from toren.testing import free_port
 from toren.worker import serve
 
 BIG_CHARS = 5 * 1024 * 1024
@@ -133,6 +128,7 @@ def test_store_setting_names_a_driver(tmp_path: Path, monkeypatch: pytest.Monkey
         storage.driver_for("gs://bucket")
 
     monkeypatch.delenv(storage.ENV_VAR, raising=False)
+    monkeypatch.delenv("TOREN_STORE", raising=False)  # the suite sets one
     assert storage.data_converter().external_storage is None
     monkeypatch.setenv(storage.ENV_VAR, str(tmp_path / "env"))
     converter = storage.data_converter()
@@ -178,41 +174,13 @@ async def test_store_keeps_whole_results_without_help(
     assert model.seen == [BIG], text
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    """A moto S3 server on a free loopback port, for the module's tests."""
-    pytest.importorskip("aioboto3", reason="S3 store needs temporalio[aioboto3]")
-    pytest.importorskip("moto.server", reason="S3 test needs moto[server]")
-    port = free_port()
-    binary = Path(sys.executable).parent / "moto_server"
-    cmd = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen(
-        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 async def test_big_result_through_s3(
     dev_server: DevServer,
     make_agent: Callable[..., Path],
     moto_endpoint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    pytest.importorskip("aioboto3", reason="S3 payload store needs temporalio[aioboto3]")
     import boto3
 
     for name, value in {
@@ -262,10 +230,18 @@ async def test_connect_installs_the_store_named_by_the_environment(
 
 
 async def test_big_local_result_without_a_store_is_cut_with_a_note(
-    client: Client, make_agent: Callable[..., Path]
+    dev_server: DevServer,
+    make_agent: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A local activity's result goes into a marker of the workflow task's completion: uncut,
     # the SDK refuses that completion and the workflow task fails forever.
+    from toren.connect import connect
+
+    monkeypatch.delenv("TOREN_STORE", raising=False)  # the suite sets one
+    monkeypatch.chdir(tmp_path)  # the default store, `.toren`, goes there
+    client = await connect(target_host=dev_server.address)
     assert client.data_converter.external_storage is None
     folder = make_agent(tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS["local"])})
     text, model, size, _ = await big_round_trip(client, folder, timeout=30)

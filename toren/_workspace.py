@@ -33,6 +33,7 @@ each file's stat and digest); deleting it costs one full check, never a wrong fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -67,6 +68,7 @@ no program can set back."""
 _CHUNK = 1024 * 1024
 _HEAD = re.compile(rb'\{"version":"([0-9a-f]{64})","walked_ns":[0-9]+,"stats":')
 """The start of a host's state file: the version its copy matches, readable without the rest."""
+_VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
 _Stat = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
 
 
@@ -195,9 +197,10 @@ class Workspaces:
         if local is not None and local.version == wanted and not busy.exists():
             busy.touch()
             return path  # no version yet, or a state file written with the version later
-        if wanted is None and local is None:
+        if wanted is None and local is None and not busy.exists():
             # A run with no version yet, new here: its directory is empty (or predates
-            # versions, and is left as it was).
+            # versions, and is left as it was). With the marker, the run's first call died
+            # here half-way: what it wrote goes, like any half-done call's.
             busy.touch()
             return path
         busy.touch()
@@ -250,8 +253,14 @@ class Workspaces:
 
     # -- local copy -----------------------------------------------------------------------
 
-    def _walk(self, path: Path, local: _Local) -> tuple[Manifest, dict[str, list[Any]]]:
-        """The directory as a manifest, hashing only files changed since the last walk."""
+    def _walk(
+        self, path: Path, local: _Local, specials: list[str] | None = None
+    ) -> tuple[Manifest, dict[str, list[Any]]]:
+        """The directory as a manifest, hashing only files changed since the last walk.
+
+        Entries a version cannot hold (FIFOs, sockets, devices) are left out, and listed in
+        `specials` when it is given.
+        """
         manifest = Manifest()
         stats: dict[str, list[Any]] = {}
         for relative, st, target in _entries(path):
@@ -259,6 +268,9 @@ class Workspaces:
                 manifest.links[relative] = target
             elif stat.S_ISDIR(st.st_mode):
                 manifest.dirs.append(relative)
+            elif not stat.S_ISREG(st.st_mode):
+                if specials is not None:
+                    specials.append(relative)
             else:
                 key: _Stat = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                 old = local.stats.get(relative)
@@ -276,8 +288,12 @@ class Workspaces:
         self, path: Path, target: Manifest, local: _Local | None
     ) -> tuple[dict[str, list[Any]], int]:
         """Make `path` hold exactly `target`; return its files' stats and when they were taken."""
-        current, _ = self._walk(path, local or _Local())
-        # Whatever the target does not have, or has as another kind of entry, goes first.
+        specials: list[str] = []
+        current, _ = self._walk(path, local or _Local(), specials)
+        # Whatever the target does not have, or has as another kind of entry, goes first:
+        # a FIFO or socket a half-done call left too, since no version holds one.
+        for relative in specials:
+            (path / relative).unlink(missing_ok=True)
         wanted_dirs = set(target.dirs)
         for relative in sorted(current.links.keys() | current.files.keys()):
             have, want = current.files.get(relative), target.files.get(relative)
@@ -376,8 +392,13 @@ def _manifest_key(run_id: str, version: str) -> str:
 def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
     """(relative path, lstat, symlink target or None) of every dir, file and link under root.
 
-    Symlinks are never followed; sockets, FIFOs and devices are skipped.
+    Symlinks are never followed; sockets, FIFOs and devices are yielded too (callers skip them).
+    A directory or file the sandbox made unreadable or unwritable to its owner (`chmod 000`)
+    gets its owner's permissions back, else a worker not running as root could neither store
+    nor roll back that copy (versions keep no mode but the executable bit).
     """
+    with contextlib.suppress(OSError):
+        _give_owner(root, os.lstat(root), 0o700)
     stack = [""]
     while stack:
         folder = stack.pop()
@@ -397,9 +418,20 @@ def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
                 yield relative, st, os.readlink(item.path)
             elif stat.S_ISDIR(st.st_mode):
                 yield relative, st, None
+                _give_owner(Path(item.path), st, 0o700)
                 stack.append(relative)
-            elif stat.S_ISREG(st.st_mode):
+            else:
+                if stat.S_ISREG(st.st_mode) and _give_owner(Path(item.path), st, 0o600):
+                    st = os.lstat(item.path)
                 yield relative, st, None
+
+
+def _give_owner(path: Path, st: os.stat_result, bits: int) -> bool:
+    """Add `bits` to `path`'s owner permissions when some are missing; return whether it did."""
+    if st.st_mode & bits == bits:
+        return False
+    os.chmod(path, stat.S_IMODE(st.st_mode) | bits)  # never a link: `st` is its lstat
+    return True
 
 
 def _hash(path: Path) -> str:
@@ -417,7 +449,13 @@ def latest_version(run_id: str, store: Store | None = None) -> str | None:
     History is what names a run's versions; this is for a run whose history is gone.
     """
     versions = (store or open_store()).sub("versions")
-    newest = max(versions.list(workspace_name(run_id) + "/"), key=lambda e: e.mtime, default=None)
+    # Only manifests: the folder also holds `run.json`, which names the run.
+    manifests = [
+        entry
+        for entry in versions.list(workspace_name(run_id) + "/")
+        if _VERSION_FILE.fullmatch(entry.key.rpartition("/")[2])
+    ]
+    newest = max(manifests, key=lambda e: e.mtime, default=None)
     return newest.key.rpartition("/")[2].removesuffix(".json") if newest else None
 
 

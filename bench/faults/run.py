@@ -14,7 +14,9 @@ subprocesses (`python -m toren.cli worker <dir>`). Scenarios:
 2. worker SIGKILL while runs wait for approval, approval signalled with no worker (`s2_approval`);
 3. the dev server stopped and restarted on the same file and ports mid-run (`s3_restart`);
 4. model call failures from a fake OpenAI-compatible server (`s4_model`);
-5. SIGTERM to a worker with tool calls in flight (`s5_shutdown`).
+5. SIGTERM to a worker with tool calls in flight (`s5_shutdown`);
+6. every host SIGKILLed mid bash call, runs finished by a restarted and a new host sharing
+   one store; each run's last workspace version checked file by file (`s6_hosts`).
 
 It prints one table of figures and exits 1 when a `must` figure is off (2 on a harness error).
 Findings (toren problems measured, not invariants) are flagged but do not fail the run.
@@ -34,7 +36,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from bench.faults import s1_kill, s2_approval, s3_restart, s4_model, s5_shutdown
+from bench.faults import s1_kill, s2_approval, s3_restart, s4_model, s5_shutdown, s6_hosts
 from bench.faults.common import Harness, quiet_runtime
 from bench.faults.report import Figure, render_table
 from toren.connect import connect
@@ -54,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--restart-runs", type=int, help="scenario 3 runs (default 20, short 6)")
     p.add_argument("--model-runs", type=int, help="scenario 4 flaky runs (default 5, short 2)")
     p.add_argument("--shutdown-runs", type=int, help="scenario 5 runs (default 10, short 3)")
+    p.add_argument("--hosts-runs", type=int, help="scenario 6 runs (default 8, short 3)")
     p.add_argument("--only", help="comma-separated scenario numbers, e.g. 1,3")
     p.add_argument("--seed", type=int, default=None, help="random seed (printed)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, records)")
@@ -62,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _main(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    only = {int(x) for x in args.only.split(",")} if args.only else {1, 2, 3, 4, 5}
+    only = {int(x) for x in args.only.split(",")} if args.only else {1, 2, 3, 4, 5, 6}
     short = args.short
     workdir = Path(tempfile.mkdtemp(prefix="toren-faults-"))
     began = time.monotonic()
@@ -83,6 +86,7 @@ async def _main(args: argparse.Namespace) -> int:
                                     args.concurrency or (5 if short else 8))),
             (2, lambda: s2_approval.run(h, args.approval_runs or (3 if short else 10))),
             (5, lambda: s5_shutdown.run(h, args.shutdown_runs or (3 if short else 10))),
+            (6, lambda: s6_hosts.run(h, args.hosts_runs or (3 if short else 8))),
             (3, lambda: s3_restart.run(h, args.restart_runs or (6 if short else 20))),
         ]  # fmt: skip
         for number, step in steps:
