@@ -298,6 +298,20 @@ async def test_a_version_missing_from_the_store_names_the_setting(
     assert (store_two.path(RUN) / "a.txt").read_text() == "alpha"
 
 
+async def test_a_host_whose_store_changed_checks_its_copy_against_the_new_store(
+    tmp_path: Path, store: Recording
+) -> None:
+    # The same cache, TOREN_STORE switched: what the host knew the old store had proves nothing
+    # about the new one, so it may not skip blobs (a manifest naming blobs the store lacks).
+    spaces = host(tmp_path, store, "h1")
+    ws = await spaces.prepare(RUN, None)
+    (ws / "a.txt").write_text("alpha")
+    v1 = await spaces.commit(RUN, None)
+    switched = Workspaces(spaces.root, DirStore(tmp_path / "new-store"))
+    with pytest.raises(StoreError, match="is not in the store"):
+        await switched.prepare(RUN, v1)
+
+
 UNREADABLE = """
 import asyncio, os, sys
 from pathlib import Path

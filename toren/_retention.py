@@ -93,8 +93,10 @@ async def prune(client: Client, older_than_days: float, store: Store | None = No
             pruned.runs += 1
             pruned.versions += sum(1 for k in keys if not k.endswith("/run.json"))
             shutil.rmtree(workspace_root(os.environ) / folder, ignore_errors=True)
-            for marker in (f".{folder}.json", f".{folder}.busy"):
-                (workspace_root(os.environ) / marker).unlink(missing_ok=True)
+            cache = workspace_root(os.environ)
+            known = cache.glob(f".{folder}." + "[0-9a-f]" * 8 + ".json")
+            for marker in (cache / f".{folder}.busy", *known):
+                marker.unlink(missing_ok=True)  # what this host knew of the run
         else:
             kept += [k for k in keys if not k.endswith("/run.json")]
     named: set[str] = set()

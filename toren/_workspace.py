@@ -42,10 +42,11 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toren._store import Store, StoreError, StoreMissing, open_store
 from toren.tools._sandbox._files import workspace_dir, workspace_name, workspace_root
@@ -65,7 +66,11 @@ files with a coarse clock (a few ms a tick), so a write in the same tick as the 
 leave its size and times as the walk saw them. A change later than that moves its ctime, which
 no program can set back."""
 
+TRANSFERS = 8
+"""Blobs uploaded or downloaded at once (each in its own thread)."""
+
 _CHUNK = 1024 * 1024
+_T = TypeVar("_T")
 _HEAD = re.compile(rb'\{"version":"([0-9a-f]{64})","walked_ns":[0-9]+,"stats":')
 """The start of a host's state file: the version its copy matches, readable without the rest."""
 _VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
@@ -219,13 +224,17 @@ class Workspaces:
         if version != base:
             known = {entry[4] for entry in local.stats.values()} if local.version == base else set()
             sources = {v[0]: (p, v[1]) for p, v in manifest.files.items()}
-            for digest, (source, size) in sources.items():
-                if digest in known:
-                    continue
+
+            def upload(digest: str) -> int:
                 key = _blob_key(digest)
-                if not self.blobs.exists(key):
-                    self.blobs.put_file(key, path / source)
-                    self.last.uploaded_bytes += size
+                if self.blobs.exists(key):
+                    return 0
+                source, size = sources[digest]
+                self.blobs.put_file(key, path / source)
+                return size
+
+            fresh = [d for d in sources if d not in known]
+            self.last.uploaded_bytes += sum(_in_parallel(upload, fresh))
             # Only now: a manifest in the store always has every blob it names.
             self.versions.put_bytes(_manifest_key(run_id, version), manifest.to_json())
             if run_id not in self._named:
@@ -310,7 +319,9 @@ class Workspaces:
             if place.is_symlink() or (place.exists() and not place.is_dir()):
                 place.unlink()
             place.mkdir(mode=0o755, parents=True, exist_ok=True)
-        for relative, (digest, size, executable) in sorted(target.files.items()):
+
+        def place_file(item: tuple[str, tuple[str, int, bool]]) -> int:
+            relative, (digest, size, executable) = item
             place = path / relative
             have = current.files.get(relative)
             fetch = have is None or have[0] != digest
@@ -318,7 +329,6 @@ class Workspaces:
                 if place.is_dir() and not place.is_symlink():
                     shutil.rmtree(place)
                 self.blobs.get_file(_blob_key(digest), place)
-                self.last.downloaded_bytes += size
             mode = 0o755 if executable else 0o644
             # Only when it differs, and before the check below: a chmod moves the ctime, and a
             # file whose ctime is within RACY_NS of the end of the restore is hashed again at
@@ -328,6 +338,9 @@ class Workspaces:
             if fetch and _hash(place) != digest:
                 place.unlink(missing_ok=True)
                 raise StoreError(f"blob {digest} in {self.store.url} does not match its name")
+            return size if fetch else 0
+
+        self.last.downloaded_bytes += sum(_in_parallel(place_file, sorted(target.files.items())))
         for relative, link in sorted(target.links.items()):
             place = path / relative
             if not place.is_symlink():
@@ -345,7 +358,9 @@ class Workspaces:
 
     def _state_path(self, run_id: str) -> Path:
         # Beside the workspace, never in it: the sandbox cannot rewrite what the host trusts.
-        return self.root / f".{workspace_name(run_id)}.json"
+        # Named by store too: what this host knows the store has holds for that store only.
+        store = hashlib.sha256(self.store.url.encode()).hexdigest()[:8]
+        return self.root / f".{workspace_name(run_id)}.{store}.json"
 
     def _busy(self, run_id: str) -> Path:
         return self.root / f".{workspace_name(run_id)}.busy"
@@ -377,6 +392,19 @@ class Workspaces:
         doc = {"version": local.version, "walked_ns": local.walked_ns, "stats": local.stats}
         tmp.write_text(json.dumps(doc, separators=(",", ":")))
         os.replace(tmp, target)
+
+
+def _in_parallel(fn: Callable[[_T], int], items: Sequence[_T]) -> list[int]:
+    """`fn` over `items`, `TRANSFERS` at a time; the first failure is raised (after the rest).
+
+    An object store answers each request in milliseconds: one at a time, a workspace of
+    hundreds of small files spends seconds waiting; at once, the waits overlap.
+    """
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(min(TRANSFERS, len(items)), thread_name_prefix="toren-ws") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    return [f.result() for f in futures]
 
 
 def _blob_key(digest: str) -> str:
