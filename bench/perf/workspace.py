@@ -55,8 +55,8 @@ Times are wall clock in this process on a loaded 2-core machine; the page cache 
 files were just written), so disk reads cost little. The S3 figures are against moto's
 standalone server on loopback (one Python process on the same cores, in-memory objects): they
 show the number of requests (a HEAD per new blob, an upload per new blob, a download per file
-restored, each through boto3's transfer manager, one file after another) more than a real
-S3's latency or bandwidth. Each store/size gets its own store (a temp directory or
+restored, each through boto3's transfer manager, `toren._workspace.TRANSFERS` = 8 at a time)
+more than a real S3's latency or bandwidth. Each store/size gets its own store (a temp directory or
 a bucket prefix), so every blob of the first version is new to it.
 """
 
