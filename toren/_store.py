@@ -415,6 +415,9 @@ def check_store(store: Store | None = None, setting: str = ENV_VAR) -> Store:
         if store.get_bytes(key) != b"toren":
             raise StoreError(f"{key} read back different bytes")
         store.delete(key)
+        if isinstance(store, DirStore):
+            with contextlib.suppress(OSError):
+                (store.root / "probe").rmdir()  # empty unless another worker probes now
     except (StoreError, ValueError) as err:
         cause = err.__cause__ or err
         raise ConfigError(
