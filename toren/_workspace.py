@@ -68,6 +68,10 @@ no program can set back."""
 
 TRANSFERS = 8
 """Blobs uploaded or downloaded at once (each in its own thread)."""
+LOCKS = 64
+"""Locks a host's workspace steps are spread over (by run)."""
+NAMED = 10_000
+"""Runs a process remembers having named in the store (`run.json`)."""
 
 _CHUNK = 1024 * 1024
 _T = TypeVar("_T")
@@ -147,10 +151,11 @@ class Workspaces:
         self.blobs = store.sub("blobs")
         self.versions = store.sub("versions")
         self.last = Stats()
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-        self._named: set[str] = set()
-        """Runs whose `run.json` (the run id, for retention) this process has written."""
+        self._locks = [threading.Lock() for _ in range(LOCKS)]
+        """A run's steps on this host, one at a time: lock `hash(run) % LOCKS` (a fixed set, so
+        a worker serving millions of runs holds no lock per run)."""
+        self._named: dict[str, None] = {}
+        """Runs whose `run.json` (the run id, for retention) this process wrote lately."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Workspaces:
@@ -184,9 +189,7 @@ class Workspaces:
         await asyncio.to_thread(self._locked, run_id, self._busy(run_id).unlink, True)
 
     def _locked(self, run_id: str, fn: Any, *args: Any) -> Any:
-        with self._guard:
-            lock = self._locks.setdefault(run_id, threading.Lock())
-        with lock:
+        with self._locks[hash(run_id) % LOCKS]:
             return fn(*args)
 
     # -- the two steps --------------------------------------------------------------------
@@ -241,7 +244,9 @@ class Workspaces:
                 # Which run the folder is (its name may be sanitized): retention asks Temporal.
                 doc = json.dumps({"run_id": run_id}).encode()
                 self.versions.put_bytes(f"{workspace_name(run_id)}/run.json", doc)
-                self._named.add(run_id)
+                self._named[run_id] = None
+                if len(self._named) > NAMED:  # forget the oldest: at worst written again
+                    del self._named[next(iter(self._named))]
         self._save(run_id, _Local(version, stats, walked))
         self._busy(run_id).unlink(missing_ok=True)
         self.last.files = len(manifest.files)
