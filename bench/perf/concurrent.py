@@ -21,8 +21,9 @@ Flags:
 - `--parked`: runs parked at once (0 skips the mode); default 1,000.
 - `--variants`: comma-separated, from `floor` and `toren`; default both.
 - `--timeout`: seconds a run may take before it counts as failed; default 600.
-- `--py-spy DIR`: record each toren cell's worker with `py-spy record --gil --format raw` into
-  DIR and print its top functions (needs py-spy in the venv and ptrace rights, e.g. root).
+- `--py-spy DIR`: record each cell's worker (floor and toren) with `py-spy record --gil
+  --format raw` into DIR and print its top functions (needs py-spy in the venv and ptrace
+  rights, e.g. root).
 - `--address`: an existing Temporal server instead of starting one (its CPU is then not
   measured).
 
@@ -199,7 +200,7 @@ async def cell(
         await one_run(client, variant, turns, target, timeout, warm=True)
         pid = w.proc.pid
         spy, profile = None, None
-        if py_spy is not None and variant == "toren":
+        if py_spy is not None:
             profile = py_spy / f"{variant}-N{runs}-T{turns}.txt"
             spy = subprocess.Popen(
                 # `--gil`: only the thread holding the GIL, so idle pool threads do not count.
@@ -441,7 +442,7 @@ def main() -> None:
     parser.add_argument("--parked", type=int, default=1000, help="runs parked at once; 0: skip")
     parser.add_argument("--variants", default="floor,toren", help="comma-separated variants")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
-    parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of toren")
+    parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of the workers")
     parser.add_argument("--address", help="an existing Temporal server (default: start one)")
     args = parser.parse_args()
     args.runs = [int(n) for n in args.runs.split(",")]
