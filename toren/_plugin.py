@@ -45,10 +45,30 @@ class _CompiledInstance(sandbox_runner._Instance):
     over 90% of the call, and a workflow task looks contexts up several times per payload
     (about 10% of a busy worker's CPU). The snippets are a handful of constant strings, so
     their code objects are cached; `exec` runs a code object exactly as it runs its source.
+    The context lookups themselves skip the sandbox (below).
     """
 
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type]
+
+    # The SDK asks these for every payload of every activation and completion (several times
+    # each); both are lookups of the SDK's own state on its workflow instance (pending commands
+    # by sequence number, the run's info), with no workflow code and no import in them. So they
+    # are called directly instead of through `_run_code` with the sandbox's importer applied.
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        """The SDK instance's answer (see above)."""
+        inner: Any = self.globals_and_locals.get("__temporal_in_sandbox")
+        if inner is None:
+            return super().get_serialization_context(command_info)
+        return inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        """The SDK instance's answer (see above)."""
+        inner: Any = self.globals_and_locals.get("__temporal_in_sandbox")
+        if inner is None:
+            return super().get_external_store_context(command_info)
+        return inner.get_external_store_context(command_info)
 
 
 @dataclasses.dataclass(frozen=True)
