@@ -4,13 +4,15 @@
 lives on the converter instance, and a worker builds a new payload converter for every
 workflow run (`DataConverter._new_payload_converter`, called as each run's sandbox starts):
 every run rebuilt the adapters of `RunState`, `AgentSpec`, `ModelCallResult`, ... (pydantic
-schema generation, about 5% of a busy worker's CPU). Here the adapters of toren's own types
-(and of builtins and `typing` forms over them) live in one cache shared by every instance.
+schema generation, about 5% of a busy worker's CPU). Here the adapters of toren's and
+Temporal's own types (the live stream's `PublishInput`, say), and of builtins and `typing` forms
+over them, live in one cache shared by every instance.
 
 Only those: a type defined in a module the sandbox re-imports per run is a new class object
 each run, so sharing its adapter would keep every run's copy alive. toren's modules are passed
-through the sandbox (`toren._plugin.PASSTHROUGH`), so their classes are the same objects in
-every run, and an adapter is read-only once built (validating is all it does here).
+through the sandbox (`toren._plugin.PASSTHROUGH`), and `temporalio` always is, so their classes
+are the same objects in every run, and an adapter is read-only once built (validating is all it
+does here).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPla
 
 __all__ = ["SHARED_MODULES", "TorenPayloadConverter", "data_converter"]
 
-SHARED_MODULES = ("toren", "builtins", "typing")
+SHARED_MODULES = ("toren", "temporalio", "builtins", "typing")
 """Modules (and their children) whose types get a shared adapter: ones the sandbox passes
 through unrestricted, so a type of theirs is one object for every run (a restricted standard
 module such as `datetime` may reach a run as a per-run proxy: left to the per-run cache)."""
