@@ -220,7 +220,7 @@ async def test_connect_installs_the_store_named_by_the_environment(
 
     monkeypatch.setenv(storage.ENV_VAR, f"file://{tmp_path / 'payloads'}")
     client = await connect(target_host=dev_server.address)
-    assert client.data_converter.payload_converter_class is PydanticPayloadConverter
+    assert issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter)
     assert client.data_converter.external_storage is not None
     # The replayer (`toren replay`) and test environments take the plugin's converter as is.
     assert TorenPlugin().data_converter.external_storage is not None  # type: ignore[union-attr]

@@ -120,7 +120,21 @@ class ActivityStream:
         return item
 
     async def __aenter__(self) -> ActivityStream:
+        # The client and the ticks start with the first item (`_start`): most tool calls
+        # publish nothing, and should not pay for a stream they do not use.
         self._loop = asyncio.get_running_loop()
+        return self
+
+    def _start(self) -> None:
+        """Connect to the run's stream and start flushing every `batch_ms` (once)."""
+        if self._task is not None or self._loop is None:
+            return
+        self._connect()
+        self._task = self._loop.create_task(self._ticks())
+
+    def _connect(self) -> None:
+        if self._client is not None or self._broken:
+            return
         try:
             # Its own flusher stays idle (an hour): this class flushes on its own ticks.
             self._client = WorkflowStreamClient.from_within_activity(
@@ -129,8 +143,6 @@ class ActivityStream:
             self._topic = self._client.topic(TOPIC)
         except Exception as err:
             self._fail(err)
-        self._task = asyncio.create_task(self._ticks())
-        return self
 
     async def __aexit__(self, *_exc: object) -> None:
         if self._task is not None:
@@ -145,6 +157,7 @@ class ActivityStream:
         Text and each call's arguments are held back by a secret's length, so a secret split
         across fragments is redacted whole.
         """
+        self._start()
         if delta.get("type") == "text_delta":
             if self._open is None or self._open["type"] != "text_delta":
                 self._cut_text(final=True)
@@ -219,6 +232,7 @@ class ActivityStream:
         if not here and self._loop is not None:
             self._loop.call_soon_threadsafe(self.publish, item)
             return
+        self._start()
         self._cut_text(final=True)
         self._pending.append(item)
 
@@ -249,6 +263,8 @@ class ActivityStream:
     async def _flush(self, final: bool = False) -> None:
         self._cut_text(final)
         items, self._pending = self._pending, []
+        if items and self._topic is None:
+            self._connect()
         if not items or self._broken or self._topic is None:
             return
         try:

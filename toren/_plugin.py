@@ -9,12 +9,16 @@ worker = Worker(client, task_queue="support", plugins=[TorenPlugin(runtime)])
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
+from types import CodeType
 from typing import Any, TypeVar
 
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkerConfig, WorkflowRunner
+from temporalio.worker import WorkerConfig, WorkflowInstance, WorkflowRunner
+from temporalio.worker import WorkflowInstanceDetails as Details
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import _runner as sandbox_runner
 
 from toren import _storage as storage
 from toren.activities._loaded import LoadedAgent
@@ -28,19 +32,71 @@ PASSTHROUGH = ("toren", "jsonschema", "referencing", "rpds", "attrs", "attr", "p
 """Modules the sandbox shares with the worker: pure and deterministic, or toren's own types."""
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(code: str) -> CodeType:
+    return compile(code, "<string>", "exec")
+
+
+class _CompiledInstance(sandbox_runner._Instance):
+    """The SDK's sandboxed instance, compiling each snippet it runs once per worker.
+
+    The sandbox runs every activation, and every payload's serialization-context lookup, as
+    `exec` of a short source string (`_Instance._run_code`); compiling that string is ~30 us,
+    over 90% of the call, and a workflow task looks contexts up several times per payload
+    (about 10% of a busy worker's CPU). The snippets are a handful of constant strings, so
+    their code objects are cached; `exec` runs a code object exactly as it runs its source.
+    The context lookups themselves skip the sandbox (below).
+    """
+
+    def _run_code(self, code: str, **extra_globals: Any) -> None:
+        super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type]
+
+    # The SDK asks these for every payload of every activation and completion (several times
+    # each); both are lookups of the SDK's own state on its workflow instance (pending commands
+    # by sequence number, the run's info), with no workflow code and no import in them. So they
+    # are called directly instead of through `_run_code` with the sandbox's importer applied.
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        """The SDK instance's answer (see above)."""
+        inner: Any = self.globals_and_locals.get("__temporal_in_sandbox")
+        if inner is None:
+            return super().get_serialization_context(command_info)
+        return inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        """The SDK instance's answer (see above)."""
+        inner: Any = self.globals_and_locals.get("__temporal_in_sandbox")
+        if inner is None:
+            return super().get_external_store_context(command_info)
+        return inner.get_external_store_context(command_info)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Runner(SandboxedWorkflowRunner):
+    """`SandboxedWorkflowRunner` whose instances cache their compiled snippets."""
+
+    def create_instance(self, det: Details) -> WorkflowInstance:
+        """An instance of the sandbox (see `_CompiledInstance`)."""
+        return _CompiledInstance(det, self.runner_class, self.restrictions)
+
+
 def workflow_runner(existing: WorkflowRunner | None = None) -> WorkflowRunner:
     """The sandboxed runner `AgentRun` needs: `existing` with toren's modules passed through.
 
     The sandbox then shares them instead of re-importing them per run. A worker's own runner
-    keeps its restrictions; toren only adds its pass-throughs. A runner that is not sandboxed
-    needs nothing.
+    keeps its restrictions; toren only adds its pass-throughs (and, for the SDK's own runner
+    class, caches the compiled code it runs: `_CompiledInstance`). A runner that is not
+    sandboxed needs nothing.
     """
     if existing is None:
         existing = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default)
     if not isinstance(existing, SandboxedWorkflowRunner):
         return existing
     restrictions = existing.restrictions.with_passthrough_modules(*PASSTHROUGH)
-    return dataclasses.replace(existing, restrictions=restrictions)
+    runner = dataclasses.replace(existing, restrictions=restrictions)
+    if type(existing) is SandboxedWorkflowRunner and hasattr(sandbox_runner._Instance, "_run_code"):
+        runner = _Runner(restrictions=restrictions, runner_class=existing.runner_class)
+    return runner
 
 
 T = TypeVar("T")

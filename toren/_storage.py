@@ -41,7 +41,6 @@ from urllib.parse import unquote, urlparse
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     ExternalStorage,
@@ -51,6 +50,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from toren._converter import data_converter as pydantic_converter
 from toren._limits import MAX_RESULT_BYTES
 from toren.errors import ConfigError
 
@@ -300,7 +300,7 @@ def data_converter(
     store: str | None = None,
     *,
     threshold: int = DEFAULT_THRESHOLD,
-    base: DataConverter = pydantic_data_converter,
+    base: DataConverter = pydantic_converter,
 ) -> DataConverter:
     """The toren data converter, with external storage when a store is configured.
 

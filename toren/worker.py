@@ -44,6 +44,17 @@ log = logging.getLogger("toren")
 GRACEFUL_SHUTDOWN = timedelta(seconds=30)
 """How long in-flight calls may finish after SIGTERM before they are handed back to Temporal."""
 
+MAX_CACHED_RUNS = 1000
+"""Runs a worker keeps in memory between their workflow tasks (Temporal's workflow cache).
+
+Chosen, not inherited (it is the SDK's default): a cached run parked on an approval costs the
+worker ~100-130 KB (`bench.perf.concurrent --parked`, as a bare workflow does), so the cache
+bounds the memory of parked runs to ~130 MB. A smaller cache saves little and costs more: an
+evicted run replays its whole history at its next task (an approval, a child's result), and a
+worker serving more active runs than its cache holds replays at every task, quadratic in the
+run's length. A worker's CPU serves far fewer than 1,000 runs at once (~20 turns/s on 2 cores).
+"""
+
 
 async def _check_search_attributes(client: Client, runtime: AgentRuntime) -> None:
     runtime.search_attributes = await search_attributes.registered(client)
@@ -86,6 +97,7 @@ def build_workers(
             workflow_failure_exception_types=[RunError],
             graceful_shutdown_timeout=graceful_shutdown_timeout,
             interceptors=runtime.telemetry.interceptors(),
+            max_cached_workflows=MAX_CACHED_RUNS,
         )
         for queue, agents in runtime.task_queues().items()
     ]

@@ -21,8 +21,9 @@ Flags:
 - `--parked`: runs parked at once (0 skips the mode); default 1,000.
 - `--variants`: comma-separated, from `floor` and `toren`; default both.
 - `--timeout`: seconds a run may take before it counts as failed; default 600.
-- `--py-spy DIR`: record each toren cell's worker with `py-spy record --gil --format raw` into
-  DIR and print its top functions (needs py-spy in the venv and ptrace rights, e.g. root).
+- `--py-spy DIR`: record each cell's worker (floor and toren) with `py-spy record --gil
+  --format raw` into DIR and print its top functions (needs py-spy in the venv and ptrace
+  rights, e.g. root).
 - `--address`: an existing Temporal server instead of starting one (its CPU is then not
   measured).
 
@@ -44,7 +45,8 @@ once, waiting until visibility counts all K as `TorenStatus="waiting_approval"`;
 equivalent is `PerfFloorParked` (a "model" call, an upsert of the same search attribute, a
 wait on an `approve` signal, the "tool" call and a final "model" call). Printed: the time to
 send every start call (`START_CONCURRENCY` in flight), the time until all are parked, the
-worker's RSS while all are parked (VmRSS) and its peak (VmHWM), and the time from sending the
+worker's RSS once it polls (VmRSS, before any run), while all are parked (VmRSS), the growth
+per parked run (KB/run: the two apart, over K), its peak (VmHWM), and the time from sending the
 first `approve` signal to the last run closing (its close time in visibility), with the
 failed runs.
 
@@ -126,6 +128,8 @@ class Parked:
     rss_parked_kb: int
     rss_peak_kb: int
     failed: int
+    rss_idle_kb: int = 0
+    """The worker's RSS once it polls, before the first start call."""
 
 
 def memory_kb(pid: int, field: str) -> int:
@@ -199,7 +203,7 @@ async def cell(
         await one_run(client, variant, turns, target, timeout, warm=True)
         pid = w.proc.pid
         spy, profile = None, None
-        if py_spy is not None and variant == "toren":
+        if py_spy is not None:
             profile = py_spy / f"{variant}-N{runs}-T{turns}.txt"
             spy = subprocess.Popen(
                 # `--gil`: only the thread holding the GIL, so idle pool threads do not count.
@@ -287,6 +291,7 @@ async def parked(
     mine = f'WorkflowId STARTS_WITH "{prefix}-"'
     served = queue if variant == "floor" else target
     with WorkerProcess(address, variant, served, logdir) as w:
+        rss_idle = memory_kb(w.proc.pid, "VmRSS")
         began = time.monotonic()
         await asyncio.gather(*(start(i) for i in range(runs)))
         waiting = f'{mine} AND ExecutionStatus = "Running" AND TorenStatus = "waiting_approval"'
@@ -312,7 +317,9 @@ async def parked(
         if execution.close_time is not None:
             last = max(last, execution.close_time)
     release_s = (last - released).total_seconds()
-    result = Parked(variant, runs, started_s, park_s, release_s, rss_parked, rss_peak, failed)
+    result = Parked(
+        variant, runs, started_s, park_s, release_s, rss_parked, rss_peak, failed, rss_idle
+    )
     print(f"  {report([], [result]).splitlines()[-1]}", file=sys.stderr, flush=True)
     return result
 
@@ -386,13 +393,16 @@ def report(cells: list[Cell], parks: list[Parked]) -> str:
     if parks:
         lines.append("")
         lines.append(
-            f"{'parked':<8}{'runs':>6}{'start all':>11}{'park all':>10}{'RSS parked':>12}"
-            f"{'peak RSS':>10}{'approve->last done':>20}{'failed':>8}"
+            f"{'parked':<8}{'runs':>6}{'start all':>11}{'park all':>10}{'RSS idle':>10}"
+            f"{'RSS parked':>12}{'KB/run':>8}{'peak RSS':>10}{'approve->last done':>20}"
+            f"{'failed':>8}"
         )
         for p in parks:
             lines.append(
                 f"{p.variant:<8}{p.runs:>6}{p.start_s:>10.1f}s{p.park_s:>9.1f}s"
-                f"{p.rss_parked_kb / 1024:>10.0f}MB{p.rss_peak_kb / 1024:>8.0f}MB"
+                f"{p.rss_idle_kb / 1024:>8.0f}MB{p.rss_parked_kb / 1024:>10.0f}MB"
+                f"{(p.rss_parked_kb - p.rss_idle_kb) / p.runs:>8.0f}"
+                f"{p.rss_peak_kb / 1024:>8.0f}MB"
                 f"{p.release_s:>19.2f}s{p.failed:>8}"
             )
     return "\n".join(lines)
@@ -441,7 +451,7 @@ def main() -> None:
     parser.add_argument("--parked", type=int, default=1000, help="runs parked at once; 0: skip")
     parser.add_argument("--variants", default="floor,toren", help="comma-separated variants")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
-    parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of toren")
+    parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of the workers")
     parser.add_argument("--address", help="an existing Temporal server (default: start one)")
     args = parser.parse_args()
     args.runs = [int(n) for n in args.runs.split(",")]

@@ -367,8 +367,9 @@ class AgentRuntime:
                 info.workflow_id or "",
                 info.attempt,
             )
-            live = _live_stream(loaded, input.step, loaded.redactor(), call_id=input.call_id)
-            with span as call, _failed_in(call, loaded.redactor()):
+            redactor = loaded.redactor()  # once per call: it reads the env and the agent's tools
+            live = _live_stream(loaded, input.step, redactor, call_id=input.call_id)
+            with span as call, _failed_in(call, redactor):
                 async with _heartbeating(), live or contextlib.nullcontext():
                     token = current_stream.set(live)
                     try:
@@ -378,7 +379,7 @@ class AgentRuntime:
                     finally:
                         current_stream.reset(token)
                 call.error_result(result.is_error)
-                call.content("gen_ai.tool.call.result", result.content, loaded.redactor())
+                call.content("gen_ai.tool.call.result", result.content, redactor)
             cache.put_tool_result(
                 input.run_key,
                 input.call_id,

@@ -1,0 +1,114 @@
+"""toren's payload converter: Temporal's pydantic converter, with type adapters built once.
+
+`temporalio.contrib.pydantic`'s converter caches a `TypeAdapter` per type hint, but the cache
+lives on the converter instance, and a worker builds a new payload converter for every
+workflow run (`DataConverter._new_payload_converter`, called as each run's sandbox starts):
+every run rebuilt the adapters of `RunState`, `AgentSpec`, `ModelCallResult`, ... (pydantic
+schema generation, about 5% of a busy worker's CPU). Here the adapters of toren's and
+Temporal's own types (the live stream's `PublishInput`, say), and of builtins and `typing` forms
+over them, live in one cache shared by every instance.
+
+Only those: a type defined in a module the sandbox re-imports per run is a new class object
+each run, so sharing its adapter would keep every run's copy alive. toren's modules are passed
+through the sandbox (`toren._plugin.PASSTHROUGH`), and `temporalio` always is, so their classes
+are the same objects in every run, and an adapter is read-only once built (validating is all it
+does here).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from typing import Any
+
+from pydantic import TypeAdapter
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import (
+    PydanticJSONPlainPayloadConverter,
+    PydanticPayloadConverter,
+)
+from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPlainPayloadConverter
+
+__all__ = ["SHARED_MODULES", "TorenPayloadConverter", "data_converter"]
+
+SHARED_MODULES = ("toren", "temporalio", "builtins", "typing")
+"""Modules (and their children) whose types get a shared adapter: ones the sandbox passes
+through unrestricted, so a type of theirs is one object for every run (a restricted standard
+module such as `datetime` may reach a run as a per-run proxy: left to the per-run cache)."""
+
+_MAX_SHARED = 512
+"""Shared adapters kept (least recently used go first): toren has a few dozen types."""
+_MAX_OWN = 1024
+"""Adapters of other hints one converter keeps (the SDK's default)."""
+
+
+@functools.lru_cache(maxsize=_MAX_SHARED)
+def _shared_adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(hint)
+
+
+@functools.lru_cache(maxsize=_MAX_SHARED)
+def _shareable(hint: Any) -> bool:
+    """Whether every type `hint` names comes from `SHARED_MODULES`."""
+    if hint is Any or hint is None or hint is type(None):
+        return True
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin is not None:
+        # `list[X]`, `dict[str, X]`, `X | None`, `Optional[X]`, `Annotated[X, ...]`, ...
+        parts = [origin, *args]
+        if origin is typing.Annotated:
+            parts = [args[0]] if args else []
+        return all(_shareable(p) for p in parts if not isinstance(p, (str, int, float)))
+    if isinstance(hint, types.UnionType):
+        return all(_shareable(a) for a in args)
+    module = getattr(hint, "__module__", None)
+    if not isinstance(module, str):
+        return False
+    return any(module == m or module.startswith(f"{m}.") for m in SHARED_MODULES)
+
+
+class _SharedAdapters(PydanticJSONPlainPayloadConverter):
+    """The pydantic JSON converter, taking adapters of shareable hints from the shared cache.
+
+    Built for every workflow activation and completion (the SDK makes a data converter for
+    each), so its `__init__` does no more than it needs: no serializer options (toren sets
+    none), an empty cache of its own for the hints it cannot share.
+    """
+
+    def __init__(self) -> None:
+        self._to_json_options = None
+        self._type_adapter = functools.lru_cache(maxsize=_MAX_OWN)(TypeAdapter)
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        """Decode `payload` as `type_hint` (see the base class)."""
+        hint = type_hint if type_hint is not None else Any
+        try:
+            shared = _shareable(hint)
+        except TypeError:  # an unhashable hint: the base class handles it uncached
+            shared = False
+        if not shared:
+            return super().from_payload(payload, type_hint)
+        return _shared_adapter(hint).validate_json(payload.data)
+
+
+_ENCODERS = DefaultPayloadConverter.default_encoding_payload_converters
+"""The SDK's encoding converters, in order (stateless instances, shared like the SDK does)."""
+
+
+class TorenPayloadConverter(PydanticPayloadConverter):
+    """`PydanticPayloadConverter` with `_SharedAdapters` as its JSON converter."""
+
+    def __init__(self) -> None:
+        # Not the base class's `__init__`: it builds a JSON converter only to replace it.
+        self._set_converters(
+            *(
+                _SharedAdapters() if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in _ENCODERS
+            )
+        )
+
+
+data_converter = DataConverter(payload_converter_class=TorenPayloadConverter)
+"""`temporalio.contrib.pydantic.pydantic_data_converter`, with shared type adapters."""
