@@ -57,6 +57,10 @@ __all__ = ["TOPIC", "ActivityStream", "current_stream"]
 
 log = logging.getLogger("toren")
 
+MAX_TAIL_BYTES = 64 * 1024
+"""A model call's unpublished tail rides in its result up to this size (it is in history
+either way: in the result, or in the signal that would carry it); beyond, it is signalled."""
+
 current_stream: contextvars.ContextVar[ActivityStream | None] = contextvars.ContextVar(
     "toren_stream", default=None
 )
@@ -85,6 +89,7 @@ class ActivityStream:
         batch_ms: int = 200,
         call_id: str | None = None,
         progress_arguments: dict[str, str] | None = None,
+        tail_in_result: bool = False,
     ) -> None:
         info = activity.info()
         self.run_id = info.workflow_id or ""
@@ -109,7 +114,14 @@ class ActivityStream:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topic: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Future[None] | None = None
+        """The flush a tick started: it runs to the end even when the ticks stop."""
         self._broken = False
+        self._tail_in_result = tail_in_result
+        self.tail: list[Item] = []
+        """With `tail_in_result`, what was not yet published when the activity succeeded:
+        its result carries these and the run publishes them, which saves a signal (and the
+        workflow task it causes) per call. A failed attempt flushes as usual."""
 
     def base(self, type_: str) -> Item:
         """An item of this activity's attempt: `type`, `run_id`, `step`, `attempt`."""
@@ -144,11 +156,21 @@ class ActivityStream:
         except Exception as err:
             self._fail(err)
 
-    async def __aexit__(self, *_exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *_exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._inflight is not None:
+            # A batch on its way reaches the run before the activity's result (and its tail).
+            await self._inflight
+        if self._tail_in_result and exc_type is None:
+            self._cut_text(final=True)
+            tail = [self._redactor.value(item) for item in self._pending]
+            if self._broken or len(json.dumps(tail, default=str)) <= MAX_TAIL_BYTES:
+                self._pending = []
+                self.tail = [] if self._broken else tail
+                return
         await self._flush(final=True)
 
     def delta(self, delta: Item) -> None:
@@ -258,7 +280,9 @@ class ActivityStream:
     async def _ticks(self) -> None:
         while True:
             await asyncio.sleep(self._every)
-            await self._flush()
+            # Shielded: stopping the ticks must not cut a signal half-sent.
+            self._inflight = asyncio.ensure_future(self._flush())
+            await asyncio.shield(self._inflight)
 
     async def _flush(self, final: bool = False) -> None:
         self._cut_text(final)

@@ -265,6 +265,9 @@ class ModelCallResult:
     kept only for agents with a token or cost budget)."""
     attempt: int = 0
     """Which attempt answered (0 in histories recorded before toren kept it)."""
+    live: list[dict[str, Any]] | None = None
+    """Live items (`toren._live`) the call had not published when it returned: the run
+    publishes them, before anything else of the turn (None in older histories)."""
 
 
 @dataclass

@@ -280,7 +280,7 @@ class AgentRuntime:
             info.attempt,
             request.max_tokens,
         )
-        live = _live_stream(loaded, input.step, redactor)
+        live = _live_stream(loaded, input.step, redactor, tail_in_result=True)
         with span as call, _failed_in(call, redactor):
             async with _heartbeating() as beats, live or contextlib.nullcontext():
                 if live is not None:
@@ -306,6 +306,7 @@ class AgentRuntime:
             finish_reason=reply.finish_reason,
             earlier_usage=usage_of(earlier),
             attempt=info.attempt,
+            live=live.tail if live is not None and live.tail else None,
         )
 
     async def _complete(
@@ -421,7 +422,11 @@ def _failed_in(call: CallSpan, redactor: Redactor) -> Iterator[None]:
 
 
 def _live_stream(
-    loaded: LoadedAgent, step: int, redactor: Redactor, call_id: str | None = None
+    loaded: LoadedAgent,
+    step: int,
+    redactor: Redactor,
+    call_id: str | None = None,
+    tail_in_result: bool = False,
 ) -> ActivityStream | None:
     """The run's live stream for this activity, or `None` (agent.yaml `stream: false`)."""
     config = loaded.agent.config.stream
@@ -436,6 +441,7 @@ def _live_stream(
         batch_ms=config.batch_ms,
         call_id=call_id,
         progress_arguments=progress,
+        tail_in_result=tail_in_result,
     )
 
 

@@ -359,6 +359,9 @@ class AgentRun:
             raise RunError(
                 f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
             ) from None
+        for item in reply.live or ():
+            # What the call had not yet streamed when it returned (it saved a signal).
+            self._live.publish(item)
         transcript.model_replied(reply.message)
         self._budget.after_call(spec, reply)
         return reply
