@@ -30,10 +30,13 @@ run_completed        AgentRun                           text, steps, tool_calls
 run_failed           AgentRun                           error, kind
 ```
 
-Deltas are batched (agent.yaml `stream: {batchMs: 200}`), redacted with the agent's redactor
-(text is held back by a secret's length, so a secret split across deltas is caught whole),
-and never enter the activity's result: history and replay stay as they are without streams.
-`stream: false` publishes nothing from activities.
+Deltas are batched (agent.yaml `stream: {batchMs: 200}`) and redacted with the agent's
+redactor (text is held back by a secret's length, so a secret split across deltas is caught
+whole). A model call signals each batch to the run while it writes; what it has not sent when
+it returns (all of it, for a call quicker than `batchMs`) rides in its result
+(`ModelCallResult.live`) and the run publishes it, before anything else of the turn: one
+signal, and one workflow task, fewer per quick call. Nothing the run decides reads them, so
+replay is the same with streams or without. `stream: false` publishes nothing from activities.
 """
 
 from __future__ import annotations
