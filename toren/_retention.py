@@ -92,11 +92,7 @@ async def prune(client: Client, older_than_days: float, store: Store | None = No
                 await asyncio.to_thread(versions.delete, key)
             pruned.runs += 1
             pruned.versions += sum(1 for k in keys if not k.endswith("/run.json"))
-            shutil.rmtree(workspace_root(os.environ) / folder, ignore_errors=True)
-            cache = workspace_root(os.environ)
-            known = cache.glob(f".{folder}." + "[0-9a-f]" * 8 + ".json")
-            for marker in (cache / f".{folder}.busy", *known):
-                marker.unlink(missing_ok=True)  # what this host knew of the run
+            await asyncio.to_thread(_forget_locally, folder)
         else:
             kept += [k for k in keys if not k.endswith("/run.json")]
     named: set[str] = set()
@@ -114,6 +110,15 @@ async def prune(client: Client, older_than_days: float, store: Store | None = No
             pruned.blobs += 1
             pruned.bytes += entry.size
     return pruned
+
+
+def _forget_locally(folder: str) -> None:
+    """Delete this host's copy of a run's workspace and what it knew of it (.json, .busy)."""
+    cache = workspace_root(os.environ)
+    shutil.rmtree(cache / folder, ignore_errors=True)
+    known = cache.glob(f".{folder}." + "[0-9a-f]" * 8 + ".json")
+    for marker in (cache / f".{folder}.busy", *known):
+        marker.unlink(missing_ok=True)
 
 
 async def _expired(

@@ -36,7 +36,6 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
@@ -52,7 +51,7 @@ from temporalio.converter import (
 
 from toren._converter import data_converter as pydantic_converter
 from toren._limits import MAX_RESULT_BYTES
-from toren.errors import ConfigError
+from toren._store import parse_location
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -267,24 +266,10 @@ def driver_for(store: str) -> StorageDriver:
     Raises:
         ConfigError: an unknown scheme, an S3 URL without a bucket, or a file URL on another host.
     """
-    parsed = urlparse(store)
-    if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise ConfigError(
-                f"{ENV_VAR}={store!r}: an S3 store needs a bucket: s3://bucket/prefix"
-            )
-        return _S3Driver(S3Client(prefix=parsed.path), parsed.netloc)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise ConfigError(f"{ENV_VAR}={store!r}: a file store must be on this host")
-        return FileStorageDriver(unquote(parsed.path))
-    # One letter before a colon is a Windows drive, not a scheme.
-    if parsed.scheme and len(parsed.scheme) > 1:
-        raise ConfigError(
-            f"{ENV_VAR}={store!r}: unsupported scheme {parsed.scheme!r} "
-            "(use a directory, file:///dir or s3://bucket/prefix)"
-        )
-    return FileStorageDriver(store)
+    kind, where, prefix = parse_location(store, ENV_VAR)
+    if kind == "s3":
+        return _S3Driver(S3Client(prefix=prefix), where)
+    return FileStorageDriver(where)
 
 
 def payload_store_setting() -> str:

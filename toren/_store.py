@@ -53,6 +53,7 @@ __all__ = [
     "StoreMissing",
     "check_store",
     "open_store",
+    "parse_location",
     "store_setting",
 ]
 
@@ -380,21 +381,35 @@ def open_store(value: str | None = None) -> Store:
 
 
 def _parse(raw: str) -> Store:
+    kind, where, prefix = parse_location(raw)
+    return S3Store(where, prefix) if kind == "s3" else DirStore(where)
+
+
+def parse_location(raw: str, setting: str = ENV_VAR) -> tuple[str, str, str]:
+    """`("s3", bucket, prefix)` or `("dir", path, "")` for a store setting's value.
+
+    Accepts `s3://bucket[/prefix]`, `file:///abs/dir` and a directory path.
+
+    Raises:
+        ConfigError: an unknown scheme, an S3 URL without a bucket, or a file URL naming
+            another host; the message names `setting` and the forms it takes.
+    """
     parsed = urlparse(raw)
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise ConfigError(f"{ENV_VAR}={raw!r}: an S3 store needs a bucket: s3://bucket/prefix")
-        return S3Store(parsed.netloc, unquote(parsed.path))
+            raise ConfigError(f"{setting}={raw!r}: an S3 store needs a bucket: s3://bucket/prefix")
+        return "s3", parsed.netloc, unquote(parsed.path)
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise ConfigError(f"{ENV_VAR}={raw!r}: a file:// store must be on this host")
-        return DirStore(unquote(parsed.path))
+            raise ConfigError(f"{setting}={raw!r}: a file:// store must be on this host")
+        return "dir", unquote(parsed.path), ""
+    # One letter before a colon is a Windows drive, not a scheme.
     if parsed.scheme and len(parsed.scheme) > 1:
         raise ConfigError(
-            f"{ENV_VAR}={raw!r}: unsupported scheme {parsed.scheme!r}; use a directory, "
+            f"{setting}={raw!r}: unsupported scheme {parsed.scheme!r}; use a directory, "
             "file:///dir or s3://bucket/prefix"
         )
-    return DirStore(raw)
+    return "dir", raw, ""
 
 
 def check_store(store: Store | None = None, setting: str = ENV_VAR) -> Store:

@@ -198,20 +198,18 @@ class Workspaces:
         path = self.path(run_id)
         busy = self._busy(run_id)
         self.last = Stats()
-        if wanted is not None and self._recorded(run_id) == wanted and not busy.exists():
-            busy.touch()
+        clean = not busy.exists()
+        busy.touch()  # until commit or release: the call may change the copy from here on
+        if clean and wanted is not None and self._recorded(run_id) == wanted:
             return path  # the common case: this host's copy is that version, untouched
         local = self._load(run_id)
-        if local is not None and local.version == wanted and not busy.exists():
-            busy.touch()
+        if clean and local is not None and local.version == wanted:
             return path  # no version yet, or a state file written with the version later
-        if wanted is None and local is None and not busy.exists():
+        if clean and wanted is None and local is None:
             # A run with no version yet, new here: its directory is empty (or predates
-            # versions, and is left as it was). With the marker, the run's first call died
+            # versions, and is left as it was). Without `clean`, the run's first call died
             # here half-way: what it wrote goes, like any half-done call's.
-            busy.touch()
             return path
-        busy.touch()
         target = Manifest() if wanted is None else self.manifest(run_id, wanted)
         stats, walked = self._restore(path, target, local)
         self._save(run_id, _Local(wanted, stats, walked))

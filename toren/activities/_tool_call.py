@@ -215,7 +215,8 @@ async def run_tool_call(loaded: LoadedAgent, tool: Tool, input: ToolCallInput) -
         ApplicationError: The handler asked Temporal to retry (redacted), or toren failed.
     """
     # Values a tool set with ctx.set_env are as secret as declared env.
-    thread_env = thread_env_values(input.env)  # read from the secret store once per call
+    # Read from the store once per call, off the event loop (S3 is a network call).
+    thread_env = await asyncio.to_thread(thread_env_values, input.env) if input.env else {}
     redactor = _redactor(loaded, thread_env, input.env or {})
     try:
         return await _run_tool_call(loaded, tool, input, redactor, thread_env)
@@ -277,7 +278,7 @@ async def _run_tool_call(
         kinds = {**(input.env or {}), **ctx.changes.env}
         new = {name: str(entry["value"]) for name, entry in ctx.changes.env.items()}
         redactor = _redactor(loaded, {**thread_env, **new}, kinds)
-        ctx.changes.env = seal_env(ctx.changes.env)
+        ctx.changes.env = await asyncio.to_thread(seal_env, ctx.changes.env)
     if result.attachments:
         from toren._attachments import store_result_attachments
 
