@@ -21,7 +21,7 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 if [[ "${DEMO_SKIP_INSTALL:-}" != 1 ]]; then
   echo "==> installing toren and its dev tools into .venv"
-  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+  .venv/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 fi
 
 port="${TEMPORAL_DEV_PORT:-7233}"

@@ -10,7 +10,8 @@ python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+echo "==> pip install -c constraints.txt -e '.[dev]'"
+.venv/bin/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 
 echo "==> ruff"
 .venv/bin/ruff check toren tests examples bench
