@@ -123,3 +123,33 @@ async def test_each_tool_result_is_in_history_once(
     data = History(events=history.events).SerializeToString()
     counts = {i: data.count(result_text(i).encode()) for i in range(1, 21)}
     assert counts == dict.fromkeys(range(1, 21), 1)
+
+
+async def test_a_short_prompt_rides_in_the_first_model_call_and_a_long_one_is_asked_for(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    # A small input saves each run a `transcript` query (a round trip through the server and
+    # a workflow task) for one more copy of it in history; a large one is asked for, once.
+    folder = make_agent(name=f"p_{uuid.uuid4().hex[:8]}", script=["done"])
+    short = "short prompt " + uuid.uuid4().hex
+    long = "long prompt " + uuid.uuid4().hex * 300  # ~9.6 KB, over INLINE_INPUT_BYTES
+    async with serve(client, [folder]) as runtime:
+        copies = {}
+        for prompt, misses in ((short, 0), (long, 1)):
+            before = runtime.transcripts.misses
+            handle = await toren_client.start_run(client, folder.name, prompt)
+            assert (await handle.result()).text == "done"
+            assert runtime.transcripts.misses - before == misses, prompt[:12]
+            history = await handle.fetch_history()
+            HISTORIES.append(history.to_json().encode())
+            assert not task_failures(history)
+            scheduled = [
+                e
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                and e.activity_task_scheduled_event_attributes.activity_type.name
+                == "toren.call_model"
+            ]
+            copies[prompt[:5]] = scheduled[0].SerializeToString().count(prompt.encode())
+    # One more copy in history for the short prompt (the first call's input); none for the long.
+    assert copies == {"short": 1, "long ": 0}

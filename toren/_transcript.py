@@ -1,11 +1,13 @@
 """The transcript reference: how `call_model` gets the conversation without it entering history.
 
 The workflow keeps the transcript (append-only) and a chained digest over it. It passes
-`call_model` only a reference: run, message count, digest, and the few messages only it knows.
+`call_model` only a reference: run, message count, digest, and the few messages only it knows
+(a run's own input among them when it is small, `INLINE_INPUT_BYTES`).
 Each worker keeps a cache of transcripts, fed by its own `call_model` results and tool results;
 on a miss (another worker ran the previous step, or this worker restarted) the activity asks the
 workflow with the `transcript` query. So each message is in history once, as the result of the
-activity that produced it, and history grows linearly with the conversation.
+activity that produced it (a small input twice: the run's and its first call's), and history
+grows linearly with the conversation.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "EMPTY_DIGEST",
+    "INLINE_INPUT_BYTES",
     "SEGMENT_PAGE_BYTES",
     "TranscriptCache",
     "TranscriptRef",
@@ -107,16 +110,19 @@ class TranscriptCache:
         """The transcript's first `count` messages if this worker can rebuild them, else `None`."""
         with self._lock:
             entry = self._runs.get(_chain_key(run_key))
-            if entry is None or len(entry.messages) < since:
+            if since == 0:  # a new run whose input rides in `tail`: nothing cached is needed
+                messages, running = [], EMPTY_DIGEST
+            elif entry is None or len(entry.messages) < since:
                 self.misses += 1
                 return None
-            messages = entry.messages[:since]
-            running = entry.digests[since]
+            else:
+                messages = entry.messages[:since]
+                running = entry.digests[since]
             for item in tail:
                 if "message" in item:
                     message = item["message"]
                 else:
-                    found = entry.tool_results.get(item.get("call_id", ""))
+                    found = entry.tool_results.get(item.get("call_id", "")) if entry else None
                     if found is None:
                         self.misses += 1
                         return None
@@ -194,6 +200,16 @@ class TranscriptRef:
         else:
             self.tail.append(ref)
 
+    def append_input(self, messages: list[Message]) -> None:
+        """Append the run's input messages, in the next model call's input when they are small.
+
+        That costs one more copy of them in history and saves the run a `transcript` query;
+        larger ones are asked for.
+        """
+        size = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
+        for message in messages:
+            self.append(message, {"message": message} if size <= INLINE_INPUT_BYTES else None)
+
     def model_replied(self, message: Message) -> None:
         """Append the model's reply: the worker that called the model keeps it."""
         self.messages.append(message)
@@ -211,6 +227,10 @@ class TranscriptRef:
             "tail": self.tail,
         }
 
+
+INLINE_INPUT_BYTES = 8_192
+"""A run's input messages (its prompt, and `messages` when given) this small in all ride in its
+first `call_model` input, so that call asks the workflow nothing; larger ones are asked for."""
 
 SEGMENT_PAGE_BYTES = 1_000_000
 """Largest page of messages one `transcript_segment` answer carries (the limit is 2 MB)."""

@@ -159,9 +159,8 @@ class AgentRun:
             self._run, input, self._approvals, self._background, publish=self.publish
         )
         if input.carry is None:
-            for message in input.messages or []:
-                self._transcript.append(message, None)
-            self._transcript.append({"role": "user", "content": input.prompt}, None)
+            prompt = {"role": "user", "content": input.prompt}
+            self._transcript.append_input([*(input.messages or []), prompt])
         try:
             result = await self._answer()
         except RunError as err:
