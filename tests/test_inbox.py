@@ -197,3 +197,41 @@ async def test_attributes_of_the_wrong_type_are_skipped_with_a_warning(
     assert not task_failures(await fetch_history(wrong, handle.id))
     desc = await handle.describe()
     assert desc.typed_search_attributes.get(STATUS) == "completed"  # the right ones are set
+
+
+async def test_a_run_started_with_its_status_upserts_only_what_changes(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    # toren.client starts a run with its status set, so the run's first workflow task upserts
+    # nothing (one event and one visibility write less per run); a run started by any other
+    # client (here the plain Temporal one) upserts all three itself, as before.
+    folder = make_agent(script=["done"])
+    async with serve(client, [folder]):
+        started = await toren_client.start_run(client, folder.name, "go")
+        await started.result()
+        plain = await client.start_workflow(
+            "AgentRun",
+            {"agent": folder.name, "prompt": "go"},
+            id=f"plain-{uuid.uuid4().hex[:8]}",
+            task_queue=folder.name,
+        )
+        await plain.result()
+    upserted = {}
+    for name, handle in (("toren", started), ("plain", plain)):
+        history = await handle.fetch_history()
+        assert not task_failures(history)
+        upserted[name] = [
+            sorted(
+                e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+            )
+            for e in history.events
+            if e.HasField("upsert_workflow_search_attributes_event_attributes")
+        ]
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(AGENT) == folder.name
+        assert attributes.get(STATUS) == "completed"
+        assert attributes.get(PENDING) == 0
+    assert upserted == {
+        "toren": [["TorenStatus"]],
+        "plain": [["TorenAgent", "TorenPendingApprovals", "TorenStatus"], ["TorenStatus"]],
+    }

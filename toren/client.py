@@ -20,16 +20,18 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
+from toren import _search_attributes as search_attributes
 from toren._events import Event, read_through, render
 from toren._stream_client import LiveStream, StreamEvent, stream
 from toren._thread_client import close_thread, messages, send_message, start_thread
@@ -37,6 +39,32 @@ from toren._types import Decision, PendingApproval, RunInput, RunResult
 from toren.errors import ApprovalWaitError, UsageError
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
+PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
+
+_registered: weakref.WeakKeyDictionary[Client, list[str]] = weakref.WeakKeyDictionary()
+"""Which of toren's search attributes each client's namespace has, looked up once."""
+
+
+async def _start_attributes(client: Client, agent: str) -> TypedSearchAttributes:
+    """The status search attributes a run starts with, those the namespace has.
+
+    Its first workflow task then upserts nothing; a run started without them (by any other
+    client) upserts them itself.
+    """
+    have = _registered.get(client)
+    if have is None:
+        have = _registered[client] = await search_attributes.registered(client)
+    pairs: list[SearchAttributePair[Any]] = []
+    if "TorenAgent" in have:
+        pairs.append(SearchAttributePair(AGENT_KEY, agent))
+    if "TorenStatus" in have:
+        pairs.append(SearchAttributePair(STATUS_KEY, "running"))
+    if "TorenPendingApprovals" in have:
+        pairs.append(SearchAttributePair(PENDING_KEY, 0))
+    return TypedSearchAttributes(pairs)
+
+
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 __all__ = [
@@ -104,6 +132,7 @@ async def start_run(
         task_queue=task_queue or agent,
         result_type=RunResult,
         execution_timeout=execution_timeout,
+        search_attributes=await _start_attributes(client, agent),
         static_summary=f"{agent}: {first_line[:120]}",
         static_details=(
             f"**agent** `{agent}` · started with `toren.client`\n\n"

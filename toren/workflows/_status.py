@@ -26,8 +26,19 @@ class StatusAttributes:
     """What this run last upserted, so only changes are sent."""
 
     def __init__(self) -> None:
+        self._agent = ""
         self._status = ""
         self._pending = -1
+        info = workflow.info()
+        if info.continued_run_id is None:
+            # A run started with them set (`toren.client` does) upserts only what changes. A
+            # continued run inherits the run before's and upserts them all again, as it always
+            # has (its recorded histories must replay).
+            started = info.typed_search_attributes
+            self._agent = started.get(AGENT_KEY) or ""
+            self._status = started.get(STATUS_KEY) or ""
+            pending = started.get(PENDING_KEY)
+            self._pending = -1 if pending is None else pending
 
     def sync(self, spec: AgentSpec | None, pending: int, final: str | None = None) -> None:
         """Upsert what changed: the agent once, the status, the count of waiting calls."""
@@ -36,12 +47,12 @@ class StatusAttributes:
         have = set(spec.search_attributes)
         status = final or ("waiting_approval" if pending else "running")
         updates: list[SearchAttributeUpdate[Any]] = []
-        if not self._status and "TorenAgent" in have:
+        if self._agent != spec.name and "TorenAgent" in have:
             updates.append(AGENT_KEY.value_set(spec.name))
         if status != self._status and "TorenStatus" in have:
             updates.append(STATUS_KEY.value_set(status))
         if pending != self._pending and "TorenPendingApprovals" in have:
             updates.append(PENDING_KEY.value_set(pending))
-        self._status, self._pending = status, pending
+        self._agent, self._status, self._pending = spec.name, status, pending
         if updates:
             workflow.upsert_search_attributes(updates)
