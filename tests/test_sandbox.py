@@ -7,9 +7,11 @@ need `bwrap` and are skipped without it (CI installs bubblewrap).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from toren._config import AgentConfig, SandboxConfig
 from toren._tool import Tool
 from toren.tools._sandbox import SandboxError
 from toren.tools._sandbox._files import _open_file, workspace_dir, workspace_name
+from toren.tools._sandbox._jail import Jail
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,
@@ -570,3 +573,25 @@ def _processes_with(text: str) -> list[int]:
             if text in cmdline:
                 found.append(int(entry.name))
     return found
+
+
+async def test_a_call_leaves_no_pipe_open_when_a_stray_process_holds_its_output(
+    tmp_path: Path,
+) -> None:
+    # An unconfined command's descendant in its own session escapes the group kill and keeps
+    # the call's stdout and stderr open; the call ends after its drain, and its ends of the
+    # pipes must be closed then, not at some later garbage collection.
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 1000}"
+    gc.disable()
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        result = await Jail(None, False).run(
+            f"setsid sleep {marker}00 & echo started", tmp_path, {"PATH": os.environ["PATH"]}, 10
+        )
+        await asyncio.sleep(0.1)  # a closed pipe lets go of its descriptor at the next loop turn
+        after = len(os.listdir("/proc/self/fd"))
+    finally:
+        gc.enable()
+        subprocess.run(["pkill", "-f", f"sleep {marker}00"], check=False)
+    assert result["stdout"] == "started\n"
+    assert after == before

@@ -267,12 +267,14 @@ class Jail:
                 task.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(proc.wait(), 5)
+            _close_pipes(proc)
             raise
         for task in pumps:
             task.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), _DRAIN_S)
+        _close_pipes(proc)
         code = proc.returncode
         stderr = err.text()
         if timed_out:
@@ -305,6 +307,16 @@ async def _pump(stream: asyncio.StreamReader, capture: Capture) -> None:
             capture.feed(chunk)
     finally:
         capture.feed(b"", final=True)
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    # asyncio closes a child's pipes only when they reach EOF. A drain cut short (a loaded
+    # host, or a killed command's descendant that escaped its group still holding them) left
+    # them open until garbage collection: a descriptor per call, and a ResourceWarning. The
+    # process's transport is the one handle that closes them; asyncio keeps it private.
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
