@@ -296,3 +296,32 @@ async def test_published_items_hold_no_secret(
     for item in SEEN:
         assert token not in json.dumps(item), item
     await fetch_history(client, run_id)  # the suite-wide search checks the history too
+
+
+async def test_a_quick_model_calls_items_ride_in_its_result_and_reach_readers_whole(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    # A scripted reply returns at once: its deltas are still unsent when the call ends, so
+    # they ride in the call's result, without the run id, step and attempt the run knows.
+    call = {"id": "c1", "name": "missing_tool", "args": {"q": None}}
+    folder = make_agent(script=[{"tool_calls": [call]}, "done"])
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
+        await handle.result()
+        events, _ = await collect(client, run_id)
+    deltas = [e.data for e in events if e.type == "tool_call_delta"]
+    assert [(d["run_id"], d["step"], d["attempt"], d["id"]) for d in deltas] == [
+        (run_id, 1, 1, "c1")
+    ]
+    history = await fetch_history(client, run_id)
+    results = [
+        json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+    ]
+    assert results[0]["live"] == [
+        {"type": "tool_call_delta", "index": 0, "id": "c1", "name": "missing_tool",
+         "arguments": '{"q": null}'}
+    ]  # fmt: skip
+    # Fields left at their default are not written; a null in the arguments stays.
+    assert "earlier_usage" not in results[0] and "finish_reason" not in results[0]

@@ -30,7 +30,7 @@ from temporalio.contrib.pydantic import (
 )
 from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPlainPayloadConverter
 
-__all__ = ["SHARED_MODULES", "TorenPayloadConverter", "data_converter"]
+__all__ = ["SHARED_MODULES", "TorenPayloadConverter", "data_converter", "omit_defaults"]
 
 SHARED_MODULES = ("toren", "temporalio", "builtins", "typing")
 """Modules (and their children) whose types get a shared adapter: ones the sandbox passes
@@ -41,6 +41,25 @@ _MAX_SHARED = 512
 """Shared adapters kept (least recently used go first): toren has a few dozen types."""
 _MAX_OWN = 1024
 """Adapters of other hints one converter keeps (the SDK's default)."""
+
+
+_OMIT_DEFAULTS: set[type] = set()
+"""Types written without their fields that hold the default (see `omit_defaults`)."""
+
+T = typing.TypeVar("T")
+
+
+def omit_defaults(cls: type[T]) -> type[T]:
+    """Class decorator: write `cls` without the fields that hold their default.
+
+    For the activity inputs and results written once per turn, most of whose optional fields
+    are unset: `"arguments":null,"attachments":null,...` was a tenth of the bytes a turn adds
+    to history. Decoding gives the defaults back, so a payload written before this reads the
+    same. Only the dataclass's own fields are left out; a `null` inside a dict field (a tool's
+    arguments) stays.
+    """
+    _OMIT_DEFAULTS.add(cls)
+    return cls
 
 
 @functools.lru_cache(maxsize=_MAX_SHARED)
@@ -80,6 +99,14 @@ class _SharedAdapters(PydanticJSONPlainPayloadConverter):
     def __init__(self) -> None:
         self._to_json_options = None
         self._type_adapter = functools.lru_cache(maxsize=_MAX_OWN)(TypeAdapter)
+
+    def to_payload(self, value: Any) -> Payload | None:
+        """Encode `value` as JSON (see the base class, and `omit_defaults`)."""
+        cls: Any = type(value)
+        if cls not in _OMIT_DEFAULTS:
+            return super().to_payload(value)
+        data = _shared_adapter(cls).dump_json(value, exclude_defaults=True)
+        return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         """Decode `payload` as `type_hint` (see the base class)."""

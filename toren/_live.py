@@ -64,6 +64,11 @@ MAX_TAIL_BYTES = 64 * 1024
 """A model call's unpublished tail rides in its result up to this size (it is in history
 either way: in the result, or in the signal that would carry it); beyond, it is signalled."""
 
+TAIL_OMITS = ("run_id", "step", "attempt")
+"""What a tail's items leave out: the run puts back its id, the call's step and the attempt
+that answered (`ModelCallResult.attempt`) as it publishes them. Items of older histories hold
+them, and keep their own."""
+
 current_stream: contextvars.ContextVar[ActivityStream | None] = contextvars.ContextVar(
     "toren_stream", default=None
 )
@@ -169,7 +174,7 @@ class ActivityStream:
             await self._inflight
         if self._tail_in_result and exc_type is None:
             self._cut_text(final=True)
-            tail = [self._redactor.value(item) for item in self._pending]
+            tail = [_without(self._redactor.value(item), TAIL_OMITS) for item in self._pending]
             if self._broken or len(json.dumps(tail, default=str)) <= MAX_TAIL_BYTES:
                 self._pending = []
                 self.tail = [] if self._broken else tail
@@ -321,3 +326,7 @@ def _string_argument(arguments: str, name: str) -> str | None:
 
 def _without_type(delta: Item) -> Item:
     return {k: v for k, v in delta.items() if k != "type"}
+
+
+def _without(item: Item, keys: tuple[str, ...]) -> Item:
+    return {k: v for k, v in item.items() if k not in keys}

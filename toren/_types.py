@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from toren._converter import omit_defaults
+
 __all__ = [
     "CUT_AT_MAX_TOKENS",
     "DEFAULT_TOOL_ATTEMPTS",
@@ -250,6 +252,7 @@ class ModelCallInput:
     model: str
 
 
+@omit_defaults
 @dataclass
 class ModelCallResult:
     """Result of `toren.call_model`: the assistant message and token usage."""
@@ -270,6 +273,7 @@ class ModelCallResult:
     publishes them, before anything else of the turn (None in older histories)."""
 
 
+@omit_defaults
 @dataclass
 class ToolCallInput:
     """Input of a tool activity `<agent>.<tool>`."""
@@ -293,6 +297,7 @@ class ToolCallInput:
     """The workspace version the run's last workspace call recorded (None: none yet)."""
 
 
+@omit_defaults
 @dataclass
 class ToolCallResult:
     """Result of a tool activity: the text the model sees, and whether it is an error."""

@@ -359,8 +359,11 @@ class AgentRun:
                 f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
             ) from None
         for item in reply.live or ():
-            # What the call had not yet streamed when it returned (it saved a signal).
-            self._live.publish(item)
+            # What the call had not yet streamed when it returned (it saved a signal), without
+            # what the run knows (`toren._live.TAIL_OMITS`).
+            known = {"run_id": workflow.info().workflow_id, "step": run.step}
+            known["attempt"] = reply.attempt
+            self._live.publish({"type": item.get("type"), **known, **item})
         transcript.model_replied(reply.message)
         self._budget.after_call(spec, reply)
         return reply
