@@ -74,10 +74,10 @@ def test_the_runner_passes_toren_through_and_keeps_a_users_own_runner_class() ->
 
 def test_per_turn_types_are_written_without_their_defaults_and_read_either_way() -> None:
     converter = _converter.TorenPayloadConverter()
-    call = ToolCallInput("wf/run", "c1", "t", {"q": None}, "wf:1:c1", 1, user_id="u")
+    call = ToolCallInput("c1", "t", {"q": None}, "wf:1:c1", 1, user_id="u")
     (payload,) = converter.to_payloads([call])
     assert json.loads(payload.data) == {
-        "run_key": "wf/run", "call_id": "c1", "tool": "t", "args": {"q": None},
+        "call_id": "c1", "tool": "t", "args": {"q": None},
         "idempotency_key": "wf:1:c1", "step": 1, "user_id": "u",
     }  # fmt: skip
     # What histories recorded before this (every field written) reads the same.

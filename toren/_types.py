@@ -232,13 +232,12 @@ class RunState:
     `toren._live.stream_state_json` writes it; the next run's stream goes on from there."""
 
 
+@omit_defaults
 @dataclass
 class ModelCallInput:
     """Input of `toren.call_model`: a reference to the transcript, not the transcript."""
 
     agent: str
-    run_key: str
-    """`<workflow id>/<run id>`: which run's transcript."""
     count: int
     """Messages in the transcript the model must see."""
     digest: str
@@ -250,6 +249,9 @@ class ModelCallInput:
     it), or `{"message": {...}}` for a message the workflow made (only these are written here)."""
     step: int
     model: str
+    run_key: str = ""
+    """`<workflow id>/<run id>`: which run's transcript; empty (what a run sends) for the run
+    the activity serves (`toren.activities._tool_call.run_key_of`)."""
 
 
 @omit_defaults
@@ -278,7 +280,6 @@ class ModelCallResult:
 class ToolCallInput:
     """Input of a tool activity `<agent>.<tool>`."""
 
-    run_key: str
     call_id: str
     tool: str
     args: dict[str, Any]
@@ -292,9 +293,12 @@ class ToolCallInput:
     env: dict[str, dict[str, Any]] | None = None
     """Values set by `ctx.set_env` (secret ones by reference)."""
     execution: dict[str, Any] | None = None
-    """`{"flow_id", "step_count", "start"}` of the execution this call belongs to."""
+    """`{"flow_id", "step_count", "start"}` of the execution this call belongs to; None for
+    the run itself (flow id the workflow id, step count `step`, start 0)."""
     workspace: str | None = None
     """The workspace version the run's last workspace call recorded (None: none yet)."""
+    run_key: str = ""
+    """As `ModelCallInput.run_key`."""
 
 
 @omit_defaults

@@ -43,6 +43,7 @@ from toren.activities._mcp_pool import McpPool
 from toren.activities._tool_call import (
     missing_variables,
     read_transcript,
+    run_key_of,
     run_tool_call,
     validation_text,
 )
@@ -249,14 +250,15 @@ class AgentRuntime:
     async def call_model(self, input: ModelCallInput) -> ModelCallResult:
         """Call the agent's model with the run's transcript."""
         loaded = self._get(input.agent)
+        run_key = run_key_of(input.run_key)
         messages = self.transcripts.resolve(
-            input.run_key, input.count, input.digest, input.since, input.tail
+            run_key, input.count, input.digest, input.since, input.tail
         )
         if messages is None:
             # Asking a run that continued as new replays its history on a worker: it can take
             # longer than the heartbeat timeout.
             async with _heartbeating():
-                messages = await self._fetch_transcript(input.run_key, input.count)
+                messages = await self._fetch_transcript(run_key, input.count)
         _, _, model_name = input.model.partition("/")
         request = ModelRequest(
             model=model_name,
@@ -275,7 +277,7 @@ class AgentRuntime:
         span = self.telemetry.model_call(
             loaded.agent.name,
             input.model,
-            input.run_key.rpartition("/")[0],
+            run_key.rpartition("/")[0],
             input.step,
             info.attempt,
             request.max_tokens,
@@ -298,7 +300,7 @@ class AgentRuntime:
             call.content("gen_ai.output.text", reply.content, redactor)
         # A model may repeat a secret it was given (in a prompt, say): its reply is redacted too.
         message = cut_message(redactor.value(reply.message()))
-        self.transcripts.store(input.run_key, [*messages, message])
+        self.transcripts.store(run_key, [*messages, message])
         return ModelCallResult(
             message=message,
             usage=reply.usage,
@@ -382,7 +384,7 @@ class AgentRuntime:
                 call.error_result(result.is_error)
                 call.content("gen_ai.tool.call.result", result.content, redactor)
             cache.put_tool_result(
-                input.run_key,
+                run_key_of(input.run_key),
                 input.call_id,
                 tool_message(input.call_id, input.tool, result.content, result.is_error),
             )

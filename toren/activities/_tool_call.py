@@ -41,6 +41,7 @@ __all__ = [
     "RunHooks",
     "missing_variables",
     "read_transcript",
+    "run_key_of",
     "run_tool_call",
     "validation_text",
 ]
@@ -56,6 +57,14 @@ INVOKED_RESULT_CHARS = 2000
 def missing_variables(tool: Tool, environ: Mapping[str, str]) -> list[str]:
     """Required `variables` of `tool` that `environ` lacks."""
     return [v.name for v in tool.variables if v.required and not environ.get(v.name)]
+
+
+def run_key_of(given: str) -> str:
+    """`given`, or (a run leaves it out) the `<workflow id>/<run id>` this activity serves."""
+    if given:
+        return given
+    info = activity.info()
+    return f"{info.workflow_id}/{info.workflow_run_id}"
 
 
 async def read_transcript(run_key: str) -> list[dict[str, Any]]:
@@ -241,7 +250,7 @@ async def _run_tool_call(
             "environment",
             True,
         )
-    hooks = RunHooks(loaded, input.run_key, input.workspace)
+    hooks = RunHooks(loaded, run_key_of(input.run_key), input.workspace)
     execution = input.execution or {}
     ctx = ToolContext(
         env={**loaded.env, **_variables(tool, os.environ), **thread_env},

@@ -330,7 +330,6 @@ class AgentRun:
 
     async def _call_model(self) -> ModelCallResult:
         spec, run, transcript = self._spec, self._run, self._transcript
-        info = workflow.info()
         self._budget.check(spec)  # a child run's usage may have crossed it
         self._budget.before_call(spec, _since_last_reply(run.messages))
         try:
@@ -338,7 +337,6 @@ class AgentRun:
                 "toren.call_model",
                 ModelCallInput(
                     agent=spec.name,
-                    run_key=f"{info.workflow_id}/{info.run_id}",
                     count=transcript.count,
                     digest=transcript.digest,
                     since=transcript.since,

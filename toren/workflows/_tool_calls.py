@@ -229,8 +229,9 @@ class ToolCalls:
         timeout = timedelta(milliseconds=tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS)
         # Above the handler's own race, so the handler's timeout result wins.
         close = timeout + max(timedelta(seconds=5), timeout / 10)
+        flow, start = flow_id(info.workflow_id, self._run), self._run.execution_start
+        execution = {"flow_id": flow, "step_count": self._run.step, "start": start}
         call_input = ToolCallInput(
-            run_key=f"{info.workflow_id}/{info.run_id}",
             call_id=use_id,
             tool=tool.name,
             args=args,
@@ -241,11 +242,9 @@ class ToolCalls:
             user_id=self._input.user_id,
             context=dict(self._run.context) or None,
             env=dict(self._run.env) or None,
-            execution={
-                "flow_id": flow_id(info.workflow_id, self._run),
-                "step_count": self._run.step,
-                "start": self._run.execution_start,
-            },
+            # A run's own execution goes without saying: the activity takes the workflow id,
+            # `step` and 0 (a thread's executions are named).
+            execution=None if (flow, start) == (info.workflow_id, 0) else execution,
             workspace=self._run.workspace,
         )
         retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts)
