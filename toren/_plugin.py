@@ -51,6 +51,24 @@ class _CompiledInstance(sandbox_runner._Instance):
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type]
 
+    def activate(self, act: Any) -> Any:
+        """The SDK instance's completion; the instance then lets go of it and of `act`.
+
+        Between two activations the SDK's instance still holds the last completion it built
+        and a part of the last activation (`deployment_version_for_current_task`): protobuf
+        messages, whose arenas a parked run would keep until its next task (~3 KB a run). Both
+        are set afresh at the start of every activation and read only during one, and the
+        completion has been handed back by then.
+        """
+        completion = super().activate(act)
+        inner: Any = self.globals_and_locals.get("__temporal_in_sandbox")
+        instance: Any = getattr(inner, "instance", None)
+        if hasattr(instance, "_current_completion"):
+            instance._current_completion = None
+        if hasattr(instance, "_deployment_version_for_current_task"):
+            instance._deployment_version_for_current_task = None
+        return completion
+
     # The SDK asks these for every payload of every activation and completion (several times
     # each); both are lookups of the SDK's own state on its workflow instance (pending commands
     # by sequence number, the run's info), with no workflow code and no import in them. So they
