@@ -13,6 +13,11 @@ each run, so sharing its adapter would keep every run's copy alive. toren's modu
 through the sandbox (`toren._plugin.PASSTHROUGH`), and `temporalio` always is, so their classes
 are the same objects in every run, and an adapter is read-only once built (validating is all it
 does here).
+
+An agent's spec is decoded once per distinct payload, too (`SHARED_VALUES`): every run of an
+agent records the same spec, and workflow code only reads it, so runs of one agent share one
+`AgentSpec` instead of holding a copy each (~5 KB for an agent of one tool, more with every
+tool's schema).
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from temporalio.contrib.pydantic import (
 )
 from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPlainPayloadConverter
 
-__all__ = ["SHARED_MODULES", "TorenPayloadConverter", "data_converter"]
+from toren._types import AgentSpec
+
+__all__ = ["SHARED_MODULES", "SHARED_VALUES", "TorenPayloadConverter", "data_converter"]
 
 SHARED_MODULES = ("toren", "temporalio", "builtins", "typing")
 """Modules (and their children) whose types get a shared adapter: ones the sandbox passes
@@ -41,11 +48,21 @@ _MAX_SHARED = 512
 """Shared adapters kept (least recently used go first): toren has a few dozen types."""
 _MAX_OWN = 1024
 """Adapters of other hints one converter keeps (the SDK's default)."""
+SHARED_VALUES: frozenset[type] = frozenset({AgentSpec})
+"""Types decoded once per distinct payload, the value then shared by every run that asks:
+only ones no code changes once decoded."""
+_MAX_VALUES = 256
+"""Shared values kept (least recently used go first): a worker serves a few agents."""
 
 
 @functools.lru_cache(maxsize=_MAX_SHARED)
 def _shared_adapter(hint: Any) -> TypeAdapter[Any]:
     return TypeAdapter(hint)
+
+
+@functools.lru_cache(maxsize=_MAX_VALUES)
+def _shared_value(hint: Any, data: bytes) -> Any:
+    return _shared_adapter(hint).validate_json(data)
 
 
 @functools.lru_cache(maxsize=_MAX_SHARED)
@@ -90,6 +107,8 @@ class _SharedAdapters(PydanticJSONPlainPayloadConverter):
             shared = False
         if not shared:
             return super().from_payload(payload, type_hint)
+        if hint in SHARED_VALUES:
+            return _shared_value(hint, payload.data)
         return _shared_adapter(hint).validate_json(payload.data)
 
 
