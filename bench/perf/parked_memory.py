@@ -12,9 +12,9 @@ leaves it off: it costs memory and time of its own), `--top N` (rows per table; 
 `--address` (an existing Temporal server instead of a dev server started here).
 
 Each variant runs in its own process (`--variant` re-executes this module), which is both the
-worker and the client: `floor` serves `PerfFloorParked` (bench/perf/floor.py), `toren` the
-gated agent of `bench.perf.concurrent` (one call to a tool with `approval="always"`). The
-process parks 20 warm-up runs, then K runs, measures, parks K more and measures again; every
+worker and the client: `floor` serves `PerfFloorParked` (bench/perf/floor.py) on a client and
+worker of Temporal's alone (as bench/perf/worker.py does), `toren` the gated agent of
+`bench.perf.concurrent` (one call to a tool with `approval="always"`). The process parks 20 warm-up runs, then K runs, measures, parks K more and measures again; every
 figure is the difference between the two measurements over K, so what a worker pays once
 (imports, caches, the first runs) drops out. A run counts as parked once visibility sees its
 `TorenStatus="waiting_approval"`; each measurement waits a second more, then collects garbage.
@@ -226,7 +226,11 @@ async def one_variant(args: argparse.Namespace) -> None:
     from toren.connect import connect
 
     variant, runs = args.variant, args.runs
-    client = await connect(target_host=args.address)
+    # The floor's client is Temporal's own: toren's would bring toren's plugin to its worker.
+    if variant == "floor":
+        client = await Client.connect(args.address)
+    else:
+        client = await connect(target_host=args.address)
     tag = os.urandom(3).hex()
     with tempfile.TemporaryDirectory(prefix="toren-parked-memory-") as tmp:
         os.chdir(tmp)  # the worker's `.toren` store goes here
