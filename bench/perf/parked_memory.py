@@ -14,10 +14,13 @@ leaves it off: it costs memory and time of its own), `--top N` (rows per table; 
 Each variant runs in its own process (`--variant` re-executes this module), which is both the
 worker and the client: `floor` serves `PerfFloorParked` (bench/perf/floor.py) on a client and
 worker of Temporal's alone (as bench/perf/worker.py does), `toren` the gated agent of
-`bench.perf.concurrent` (one call to a tool with `approval="always"`). The process parks 20 warm-up runs, then K runs, measures, parks K more and measures again; every
-figure is the difference between the two measurements over K, so what a worker pays once
-(imports, caches, the first runs) drops out. A run counts as parked once visibility sees its
+`bench.perf.concurrent` (one call to a tool with `approval="always"`). The process parks 20
+warm-up runs, then K runs, measures, parks K more and measures again; every figure is the
+difference between the two measurements over K, so what a worker pays once (imports, caches,
+the first runs) drops out. A run counts as parked once visibility sees its
 `TorenStatus="waiting_approval"`; each measurement waits a second more, then collects garbage.
+The process is also the client that starts the runs: its figures include what the client
+keeps per start call (~1 KB, heaptrack), which a separate worker would not.
 
 Printed per variant, all per parked run:
 
