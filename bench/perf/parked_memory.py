@@ -26,7 +26,7 @@ Printed per variant, all per parked run:
 
 - `RSS`: the process's resident set (VmRSS).
 - `pymalloc`: bytes in pymalloc's allocated blocks (Python objects of up to 512 bytes), from
-  `sys._debugmallocstats`.
+  `sys._debugmallocstats` (which leaves them out while tracemalloc runs: `-` with `--trace`).
 - `malloc`: glibc's bytes in use (`mallinfo2`: `uordblks + hblkhd`): larger Python objects,
   and everything native (the protobuf arenas of upb, the SDK core's Rust heap).
 - `blocks`: `sys.getallocatedblocks()`.
@@ -192,7 +192,9 @@ async def park(client: Client, variant: str, queue: str, ids: list[str]) -> None
 
 
 def per_run(label: str, before: int, after: int, runs: int) -> str:
-    """One figure's growth per run, as printed."""
+    """One figure's growth per run, as printed (`-` when it could not be read)."""
+    if not before or not after:
+        return f"{label}=-"
     return f"{label}={(after - before) / runs / 1024:.1f}KB"
 
 
