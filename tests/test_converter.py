@@ -6,6 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
 from pydantic_core import to_json
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -86,3 +87,17 @@ def test_per_turn_types_are_written_without_their_defaults_and_read_either_way()
     assert converter.from_payloads([payload, older], [ToolCallInput, ToolCallInput]) == [call, call]
     (done,) = converter.to_payloads([ToolCallResult("ok")])
     assert done.data == b'{"content":"ok"}'
+
+
+def test_an_agent_spec_is_decoded_once_per_payload_and_cannot_be_changed() -> None:
+    first, second = _converter.TorenPayloadConverter(), _converter.TorenPayloadConverter()
+    (a,) = first.to_payloads([AgentSpec("a", "mock/x", [])])
+    (b,) = first.to_payloads([AgentSpec("b", "mock/x", [])])
+    spec_a, again, spec_b = (
+        first.from_payloads([a], [AgentSpec])[0],
+        second.from_payloads([a], [AgentSpec])[0],
+        second.from_payloads([b], [AgentSpec])[0],
+    )
+    assert spec_a is again and spec_a.name == "a" and spec_b.name == "b"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec_a.name = "changed"  # type: ignore[misc]

@@ -4,6 +4,7 @@ user's workflow and activity, and a run started on a queue that does not serve i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from temporalio.worker import Worker
 from tests.conftest import fetch_history, task_failures, wait_for
 from tests.user_app import UserFlow, shout
 from toren import AgentRuntime, RunError, TorenPlugin
+from toren import _plugin as toren_plugin
 from toren import client as toren_client
 from toren.worker import serve
 
@@ -88,3 +90,46 @@ async def test_a_run_on_a_queue_without_its_tools_is_refused_at_once(
     assert f"agent {first.name!r} is served on task queue {first.name!r}" in str(cause)
     assert f"task_queue={first.name!r}" in str(cause)
     assert not task_failures(await fetch_history(client, handle.id))
+
+
+async def test_a_parked_run_holds_no_last_completion_and_shares_its_spec(
+    make_agent: Callable[..., Path], client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What keeps a parked run as small as a bare workflow (bench/perf/parked_memory.py): its
+    # cached instance drops the SDK's last completion once an activation returns, keeps its
+    # live stream's items as bytes, and shares its agent's decoded spec with the other runs.
+    # Each of these reaches into SDK internals: this fails if an SDK upgrade moved them.
+    instances: list[Any] = []
+    create = toren_plugin._Runner.create_instance
+
+    def recording(self: Any, det: Any) -> Any:
+        instances.append(create(self, det))
+        return instances[-1]
+
+    monkeypatch.setattr(toren_plugin._Runner, "create_instance", recording)
+    folder = make_agent(
+        tools={"lookup": LOOKUP},
+        script=[{"tool_calls": [{"id": "c1", "name": "lookup", "args": {"order_id": "big"}}]}],
+    )
+    async with serve(client, [folder]):
+        runs = [
+            await toren_client.start_run(client, folder.name, "go", run_id=f"parked-{uuid.uuid4()}")
+            for _ in range(2)
+        ]
+        for run in runs:
+            await toren_client.wait_for_approval(client, run.id, timeout=30)
+        sdks = [i.globals_and_locals["__temporal_in_sandbox"].instance for i in instances]
+        ids = {run.id for run in runs}
+        parked = [sdk for sdk in sdks if sdk._info.workflow_id in ids]
+        assert len(parked) == 2
+        for sdk in parked:
+            assert sdk._current_completion is None
+            assert sdk._deployment_version_for_current_task is None
+            items = sdk._object._stream._log
+            assert items and all(type(i.data).__name__ == "_SerializedPayload" for i in items)
+        first, second = (sdk._object._spec for sdk in parked)
+        assert first is second
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            first.max_steps = 1  # type: ignore[misc]
+        for run in runs:
+            await client.get_workflow_handle(run.id).terminate("test over")

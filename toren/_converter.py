@@ -13,6 +13,11 @@ each run, so sharing its adapter would keep every run's copy alive. toren's modu
 through the sandbox (`toren._plugin.PASSTHROUGH`), and `temporalio` always is, so their classes
 are the same objects in every run, and an adapter is read-only once built (validating is all it
 does here).
+
+An agent's spec is decoded once per distinct payload, too (`decoded_once`): every run of an
+agent records the same spec, and workflow code only reads it, so runs of one agent share one
+`AgentSpec` instead of holding a copy each (~5 KB for an agent of one tool, more with every
+tool's schema).
 """
 
 from __future__ import annotations
@@ -30,7 +35,13 @@ from temporalio.contrib.pydantic import (
 )
 from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPlainPayloadConverter
 
-__all__ = ["SHARED_MODULES", "TorenPayloadConverter", "data_converter", "omit_defaults"]
+__all__ = [
+    "SHARED_MODULES",
+    "TorenPayloadConverter",
+    "data_converter",
+    "decoded_once",
+    "omit_defaults",
+]
 
 SHARED_MODULES = ("toren", "temporalio", "builtins", "typing")
 """Modules (and their children) whose types get a shared adapter: ones the sandbox passes
@@ -41,8 +52,12 @@ _MAX_SHARED = 512
 """Shared adapters kept (least recently used go first): toren has a few dozen types."""
 _MAX_OWN = 1024
 """Adapters of other hints one converter keeps (the SDK's default)."""
+_MAX_VALUES = 256
+"""Shared values kept (least recently used go first): a worker serves a few agents."""
 
 
+_DECODED_ONCE: set[type] = set()
+"""Types decoded once per distinct payload (see `decoded_once`)."""
 _OMIT_DEFAULTS: set[type] = set()
 """Types written without their fields that hold the default (see `omit_defaults`)."""
 
@@ -62,9 +77,24 @@ def omit_defaults(cls: type[T]) -> type[T]:
     return cls
 
 
+def decoded_once(cls: type[T]) -> type[T]:
+    """Class decorator: decode `cls` once per distinct payload and share the value.
+
+    For a frozen type that no code changes once decoded: every run that asks for the same
+    payload gets the same object, so a cached run holds no copy of its own.
+    """
+    _DECODED_ONCE.add(cls)
+    return cls
+
+
 @functools.lru_cache(maxsize=_MAX_SHARED)
 def _shared_adapter(hint: Any) -> TypeAdapter[Any]:
     return TypeAdapter(hint)
+
+
+@functools.lru_cache(maxsize=_MAX_VALUES)
+def _shared_value(hint: Any, data: bytes) -> Any:
+    return _shared_adapter(hint).validate_json(data)
 
 
 @functools.lru_cache(maxsize=_MAX_SHARED)
@@ -117,6 +147,8 @@ class _SharedAdapters(PydanticJSONPlainPayloadConverter):
             shared = False
         if not shared:
             return super().from_payload(payload, type_hint)
+        if hint in _DECODED_ONCE:
+            return _shared_value(hint, payload.data)
         return _shared_adapter(hint).validate_json(payload.data)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from types import CodeType
 from typing import Any, TypeVar
 
+from google.protobuf.message import Message
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkerConfig, WorkflowInstance, WorkflowRunner
 from temporalio.worker import WorkflowInstanceDetails as Details
@@ -51,6 +52,29 @@ class _CompiledInstance(sandbox_runner._Instance):
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type]
 
+    def activate(self, act: Any) -> Any:
+        """The SDK instance's completion; the instance then lets go of it and of `act`.
+
+        Between two activations the SDK's instance still holds the last completion it built
+        and a part of the last activation (`deployment_version_for_current_task`): protobuf
+        messages, whose arenas a parked run would keep until its next task (~3 KB a run). Both
+        are set afresh at the start of every activation and read only during one, and the
+        completion has been handed back by then.
+        """
+        completion = super().activate(act)
+        inner: Any = self.globals_and_locals.get("__temporal_in_sandbox")
+        instance: Any = getattr(inner, "instance", None)
+        if hasattr(instance, "_current_completion"):
+            instance._current_completion = None
+        if hasattr(instance, "_deployment_version_for_current_task"):
+            instance._deployment_version_for_current_task = None
+        started: Any = getattr(instance, "_workflow_input", None)
+        if started is not None and not isinstance(started.headers, dict):
+            # The run's input keeps its headers, a part of its first activation: detached, the
+            # activation goes (see `_detached`).
+            started.headers = {k: _detached(v) for k, v in started.headers.items()}
+        return completion
+
     # The SDK asks these for every payload of every activation and completion (several times
     # each); both are lookups of the SDK's own state on its workflow instance (pending commands
     # by sequence number, the run's info), with no workflow code and no import in them. So they
@@ -76,8 +100,38 @@ class _Runner(SandboxedWorkflowRunner):
     """`SandboxedWorkflowRunner` whose instances cache their compiled snippets."""
 
     def create_instance(self, det: Details) -> WorkflowInstance:
-        """An instance of the sandbox (see `_CompiledInstance`)."""
+        """An instance of the sandbox (see `_CompiledInstance`) holding no part of an activation.
+
+        See `_detached`.
+        """
+        info = dataclasses.replace(
+            det.info,
+            headers={k: _detached(v) for k, v in det.info.headers.items()},
+            raw_memo={k: _detached(v) for k, v in det.info.raw_memo.items()},
+        )
+        det = dataclasses.replace(
+            det,
+            info=info,
+            last_completion_result=_detached(det.last_completion_result),
+            last_failure=None if det.last_failure is None else _detached(det.last_failure),
+        )
         return _CompiledInstance(det, self.runner_class, self.restrictions)
+
+
+M = TypeVar("M", bound=Message)
+
+
+def _detached(message: M) -> M:
+    """A copy of `message` that is a message of its own.
+
+    A part of a decoded protobuf message keeps the whole message's arena alive: the SDK's
+    instance of a run kept a few parts of its first activation (its headers, memo, last
+    completion result) and with them all of it, for as long as the run stays cached (~4 KB
+    for a parked run). The copies hold the same values.
+    """
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
 
 
 def workflow_runner(existing: WorkflowRunner | None = None) -> WorkflowRunner:

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from toren._converter import omit_defaults
+from toren._converter import decoded_once, omit_defaults
 
 __all__ = [
     "CUT_AT_MAX_TOKENS",
@@ -135,7 +135,8 @@ class ModelRetry:
     """The longest wait between two attempts."""
 
 
-@dataclass
+@decoded_once
+@dataclass(frozen=True)
 class AgentSpec:
     """An agent's spec, recorded by a local activity at the start of each run."""
 

@@ -25,7 +25,6 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -49,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._budget import Budget
     from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
-    from toren.workflows._stream_state import carried_stream, stream_state_json
+    from toren.workflows._stream_state import LiveStream, carried_stream, stream_state_json
     from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls, flow_id
 
 __all__ = ["AgentRun", "toren_bug"]
@@ -112,7 +111,7 @@ class AgentRun:
     def __init__(self, raw: Any) -> None:
         # Signal handlers and queries may run before `run` starts, so these exist from here.
         # The live stream's handlers too: an activity may publish before `run` runs.
-        self._stream = WorkflowStream(carried_stream(raw, *self._STREAM_PATH))
+        self._stream = LiveStream(carried_stream(raw, *self._STREAM_PATH))
         self._live = self._stream.topic(STREAM_TOPIC)
         self._run = RunState()
         self._approvals = approvals.Approvals(

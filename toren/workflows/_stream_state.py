@@ -1,22 +1,29 @@
-"""The live stream's state across continue-as-new (`RunState.stream`), workflow-side.
+"""The live stream of a run, workflow-side: its items in memory, its state across continue-as-new.
 
-The next run's `__init__` builds its `WorkflowStream` from the state its raw input carries, so
-the stream's offsets go on where the previous run's stopped and a subscriber follows the chain.
-Only the newest items travel (`CARRY_BYTES`): the carried input stays small however long the
-run; a subscriber asking for an older offset gets the kept items, after a `truncated` notice.
+The next run's `__init__` builds its `LiveStream` from the state its raw input carries
+(`RunState.stream`), so the stream's offsets go on where the previous run's stopped and a
+subscriber follows the chain. Only the newest items travel (`CARRY_BYTES`): the carried input
+stays small however long the run; a subscriber asking for an older offset gets the kept items,
+after a `truncated` notice.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.workflow_streams import WorkflowStream
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.contrib.workflow_streams import WorkflowStreamState
+    from temporalio.contrib.workflow_streams import (
+        PublishInput,
+        WorkflowStreamItem,
+        WorkflowStreamState,
+    )
     from temporalio.converter import value_to_type
 
-__all__ = ["CARRY_BYTES", "carried_stream", "stream_state_json"]
+__all__ = ["CARRY_BYTES", "LiveStream", "carried_stream", "stream_state_json"]
 
 CARRY_BYTES = 256_000
 """Stream items carried across continue-as-new (the newest, up to this many encoded bytes)."""
@@ -59,3 +66,67 @@ def carried_stream(raw: Any, *path: str) -> WorkflowStreamState | None:
         return state
     except Exception:
         return None
+
+
+class _SerializedPayload:
+    """A stream item's `Payload`, kept as its serialized bytes.
+
+    A `Payload` built in Python owns a protobuf arena: ~1.5 KB of native memory for an item
+    of 200 bytes, held by every run for every item it keeps (a parked run keeps three). The
+    stream only ever serializes an item (to answer a poll, or to carry it on) and measures it,
+    so the bytes are all it needs, and they are exactly what it would send.
+    """
+
+    __slots__ = ("_wire",)
+
+    def __init__(self, wire: bytes) -> None:
+        self._wire = wire
+
+    def SerializeToString(self) -> bytes:
+        """The payload, serialized."""
+        return self._wire
+
+    def ByteSize(self) -> int:
+        """Its serialized size."""
+        return len(self._wire)
+
+
+class LiveStream(WorkflowStream):
+    """A `WorkflowStream` that keeps its items serialized (`_SerializedPayload`).
+
+    Polls, queries and `get_state` answer byte for byte as the SDK's stream does; only the
+    in-memory form of its items differs. Construct it from `@workflow.init`, as the SDK's.
+    """
+
+    def __init__(self, prior_state: WorkflowStreamState | None = None) -> None:
+        """Register the stream's handlers, going on from `prior_state` if given."""
+        super().__init__(prior_state)
+        self._serialize_from(0)
+
+    def _publish_to_topic(self, topic: str, value: Any) -> None:
+        start = len(self._items())
+        super()._publish_to_topic(topic, value)
+        self._serialize_from(start)
+
+    def _on_publish(self, payload: PublishInput) -> None:
+        # Typed as the SDK's: the signal's argument is decoded by this annotation.
+        start = len(self._items())
+        super()._on_publish(payload)
+        self._serialize_from(start)
+
+    def _serialize_from(self, start: int) -> None:
+        """Keep the items from index `start` on as their bytes."""
+        for item in self._items()[start:]:
+            if isinstance(item.data, Payload):
+                item.data = _serialized(item.data)
+
+    def _items(self) -> list[WorkflowStreamItem[Any]]:
+        # The SDK's private log. Should a later SDK keep it elsewhere, its items merely stay
+        # `Payload`s (tests/test_streaming.py names what this relies on).
+        log = getattr(self, "_log", None)
+        return log if isinstance(log, list) else []
+
+
+def _serialized(payload: Payload) -> Payload:
+    # Typed as the `Payload` the SDK's log holds: it calls only the two methods kept.
+    return cast(Payload, _SerializedPayload(payload.SerializeToString()))

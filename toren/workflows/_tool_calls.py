@@ -195,10 +195,12 @@ class ToolCalls:
              "expires_at": pending.expires_at if pending else None},
         )  # fmt: skip
         try:
+            # The summary only with a timeout: the SDK builds it into a protobuf message (its
+            # own upb arena, ~1.5 KB) that a parked run would hold for nothing.
             await workflow.wait_condition(
                 lambda: self._approvals.decided(call_id),
                 timeout=timedelta(seconds=timeout_s) if timeout_s else None,
-                timeout_summary=f"approval of {tool.name} expires",
+                timeout_summary=f"approval of {tool.name} expires" if timeout_s else None,
             )
         except TimeoutError:
             self._approvals.expire(call_id, timeout_s or 0.0)
