@@ -48,8 +48,8 @@ MAX_CACHED_RUNS = 1000
 """Runs a worker keeps in memory between their workflow tasks (Temporal's workflow cache).
 
 Chosen, not inherited (it is the SDK's default): a cached run parked on an approval costs the
-worker ~100-130 KB (`bench.perf.concurrent --parked`, as a bare workflow does), so the cache
-bounds the memory of parked runs to ~130 MB. A smaller cache saves little and costs more: an
+worker ~100 KB (`bench.perf.concurrent --parked`: 97 KB, a bare workflow 90 KB), so the cache
+bounds the memory of parked runs to ~100 MB. A smaller cache saves little and costs more: an
 evicted run replays its whole history at its next task (an approval, a child's result), and a
 worker serving more active runs than its cache holds replays at every task, quadratic in the
 run's length. A worker's CPU serves far fewer than 1,000 runs at once (~20 turns/s on 2 cores).
