@@ -19,7 +19,10 @@ Flags:
   was written on, with other work running, N=20 x T=10 ran at 6-8 turns/s (the dev server
   spent 85-95 ms of CPU per turn): a 10,000-turn cell would take over 20 minutes a variant.
 - `--parked`: runs parked at once (0 skips the mode); default 1,000.
-- `--variants`: comma-separated, from `floor` and `toren`; default both.
+- `--variants`: comma-separated, from `floor`, `floor-hb` and `toren`; default `floor,toren`.
+  `floor-hb` is the floor with toren's 10 s heartbeat timeout on every activity: in runs
+  longer than that the server handles a heartbeat timer per call while the run is open, which
+  toren pays for noticing a dead worker's call in seconds (parked mode skips it).
 - `--timeout`: seconds a run may take before it counts as failed; default 600.
 - `--py-spy DIR`: record each cell's worker (floor and toren) with `py-spy record --gil
   --format raw` into DIR and print its top functions (needs py-spy in the venv and ptrace
@@ -84,7 +87,9 @@ from toren.testing import DevServer, temporal_cli
 
 __all__ = ["main"]
 
-VARIANTS = ("floor", "toren")
+VARIANTS = ("floor", "floor-hb", "toren")
+FLOOR_HEARTBEAT_S = 10.0
+"""`floor-hb`'s heartbeat timeout on every activity: toren's (`toren.workflows._tool_calls`)."""
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 START_CONCURRENCY = 50
 """Start calls in flight at once in parked mode (1,000 unbounded ones time out on 2 cores)."""
@@ -162,10 +167,10 @@ async def one_run(
     """One run to its end; its seconds from the start call to the result."""
     started = time.monotonic()
     limit = timedelta(seconds=timeout)
-    if variant == "floor":
+    if variant.startswith("floor"):
         handle = await client.start_workflow(
             PerfFloor.run,
-            turns,
+            args=[turns, FLOOR_HEARTBEAT_S if variant == "floor-hb" else 0],
             id=f"floor-{os.urandom(6).hex()}",
             task_queue=target,
             execution_timeout=limit,
@@ -341,7 +346,7 @@ async def bench(
                     print(f"  N={n} T={t}: skipped (over --max-turns)", file=sys.stderr)
                     continue
                 for variant in args.variants:
-                    target = f"perf-floor-{t}" if variant == "floor" else agents[t]
+                    target = f"perf-floor-{t}" if variant.startswith("floor") else agents[t]
                     logdir = root / "logs" / f"{variant}-{n}-{t}"
                     cells.append(
                         await cell(
@@ -359,7 +364,8 @@ async def bench(
                     )
         if args.parked:
             gated = str(write_gated_agent(root))
-            for variant in args.variants:
+            # floor-hb parks as floor does: a parked run has no activity running.
+            for variant in (v for v in args.variants if v != "floor-hb"):
                 logdir = root / "logs" / f"parked-{variant}"
                 parks.append(
                     await parked(client, address, variant, args.parked, gated, logdir, args.timeout)

@@ -45,19 +45,31 @@ class PerfFloor:
     """`turns` model+tool pairs and a final model call."""
 
     @workflow.run
-    async def run(self, turns: int) -> str:
-        """Run the sequence; return the final answer."""
+    async def run(self, turns: int, heartbeat_s: float = 0) -> str:
+        """Run the sequence; return the final answer.
+
+        `heartbeat_s` > 0 gives every activity that heartbeat timeout (toren sets 10 s on its
+        model and tool calls, so a dead worker's call is retried in seconds): the server then
+        keeps a heartbeat timer per activity, as it does for toren's.
+        """
+        heartbeat = timedelta(seconds=heartbeat_s) if heartbeat_s > 0 else None
         step = 0
         while True:
             step += 1
             reply: dict[str, Any] = await workflow.execute_activity(
-                MODEL, args=[step, turns], start_to_close_timeout=TIMEOUT
+                MODEL,
+                args=[step, turns],
+                start_to_close_timeout=TIMEOUT,
+                heartbeat_timeout=heartbeat,
             )
             calls = reply.get("tool_calls") or []
             if not calls:
                 return str(reply["content"])
             await workflow.execute_activity(
-                TOOL, json.loads(calls[0]["arguments"]), start_to_close_timeout=TIMEOUT
+                TOOL,
+                json.loads(calls[0]["arguments"]),
+                start_to_close_timeout=TIMEOUT,
+                heartbeat_timeout=heartbeat,
             )
 
 

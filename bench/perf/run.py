@@ -149,7 +149,7 @@ class WorkerProcess:
     def __init__(self, address: str, variant: str, target: str, logdir: Path) -> None:
         self.ready = logdir / f"{variant}-{Path(target).name}.ready"
         self.log = logdir / f"{variant}-{Path(target).name}.log"
-        kind = "floor" if variant == "floor" else "toren"
+        kind = "floor" if variant.startswith("floor") else "toren"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.perf.worker", address, kind, target, str(self.ready)],
