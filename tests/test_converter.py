@@ -16,7 +16,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from toren import _converter
 from toren._plugin import PASSTHROUGH, workflow_runner
 from toren._storage import data_converter
-from toren._types import AgentSpec, ModelCallResult, RunState, ToolCallInput, ToolCallResult
+from toren._types import (
+    AgentSpec,
+    ModelCallResult,
+    RunInput,
+    RunState,
+    ToolCallInput,
+    ToolCallResult,
+)
 
 
 def test_the_default_converter_is_the_pydantic_one_with_shared_adapters() -> None:
@@ -99,5 +106,9 @@ def test_an_agent_spec_is_decoded_once_per_payload_and_cannot_be_changed() -> No
         second.from_payloads([b], [AgentSpec])[0],
     )
     assert spec_a is again and spec_a.name == "a" and spec_b.name == "b"
+    # Recorded once per run: what is at its default is left out (the tools' too).
+    assert a.data == b'{"name":"a","model":"mock/x","tools":[]}'
+    (start,) = first.to_payloads([RunInput("a", "hi")])
+    assert start.data == b'{"agent":"a","prompt":"hi"}'
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec_a.name = "changed"  # type: ignore[misc]

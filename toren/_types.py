@@ -51,6 +51,7 @@ CUT_AT_MAX_TOKENS = "length"
 """The `finish_reason` of a model reply cut at `maxTokens`, whatever the provider's own word."""
 
 
+@omit_defaults
 @dataclass
 class RunInput:
     """Input of the `AgentRun` workflow. Never put secrets here: it is stored in history."""
@@ -136,6 +137,7 @@ class ModelRetry:
 
 
 @decoded_once
+@omit_defaults
 @dataclass(frozen=True)
 class AgentSpec:
     """An agent's spec, recorded by a local activity at the start of each run."""
