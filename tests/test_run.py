@@ -421,3 +421,35 @@ async def test_short_pure_lookups_run_as_local_activities(
     assert started["l1"]["args"] == {"text": "a"} and started["l1"]["local"] is True
     completed = {e["callId"]: e for e in events if e["type"] == "ToolCallCompleted"}
     assert completed["l1"]["result"] == "echo:a"
+
+
+QUICK_API = """
+from toren import define_tool
+
+tool = define_tool(description="A quick call.", input={"type": "object"}, effects="external",
+                   idempotency="keyed", timeout_ms=3000, handler=lambda a, c: "ok")
+"""
+SLOW_API = QUICK_API.replace("timeout_ms=3000", "timeout_ms=60000")
+
+
+async def test_only_a_call_with_a_long_timeout_gets_a_heartbeat_timeout(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    # A dead worker's call is retried after the heartbeat timeout (10 s) or the call's own
+    # timeout, whichever comes first: a 3 s call needs no heartbeat timer on the server.
+    calls = [{"id": "q", "name": "quick", "args": {}}, {"id": "s", "name": "slow", "args": {}}]
+    folder = make_agent(
+        tools={"quick": QUICK_API, "slow": SLOW_API}, script=[{"tool_calls": calls}]
+    )
+    async with serve(client, [folder]):
+        run = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
+        await run.result()
+    history = await fetch_history(client, run_id)
+    heartbeat = {
+        e.activity_task_scheduled_event_attributes.activity_type.name.split(".")[-1]: (
+            e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToSeconds()
+        )
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    assert heartbeat == {"call_model": 10, "quick": 0, "slow": 10}

@@ -269,7 +269,9 @@ class ToolCalls:
                     call_input,
                     result_type=ToolCallResult,
                     start_to_close_timeout=close,
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    # Notices a dead worker's call long before its timeout; a call whose
+                    # timeout comes nearly as soon needs none (the server keeps a timer for it).
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT if close > 2 * HEARTBEAT_TIMEOUT else None,
                     retry_policy=retry,
                     summary=_summary(tool.name, args),
                 )
