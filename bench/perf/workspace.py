@@ -66,20 +66,17 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from toren._store import DirStore, S3Store, Store
 from toren._workspace import Stats, Workspaces
-from toren.testing import free_port
+from toren.testing import moto_s3
 
 RUN = "bench-run"
 KB, MB = 1024, 1024 * 1024
@@ -265,33 +262,6 @@ def iterator(paths: list[str]) -> Iterator[str]:
         yield from paths
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's S3 server on a free loopback port (as tests/test_storage.py starts it)."""
-    port = free_port()
-    binary = Path(sys.executable).parent / "moto_server"
-    cmd = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
-    proc = subprocess.Popen(
-        [*cmd, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default="dir,s3", help="comma-separated: dir, s3")
@@ -314,7 +284,7 @@ async def main() -> None:
                     store = DirStore(tmp / "store" / f"size{size}")
                     await bench_case(rows, "dir", store, size, args, tmp)
             elif store_name == "s3":
-                with moto_server() as endpoint:
+                with moto_s3() as endpoint:
                     os.environ.update(
                         AWS_ENDPOINT_URL=endpoint,
                         AWS_ACCESS_KEY_ID="testing",
