@@ -25,6 +25,7 @@ from toren import CodeRun, SandboxError, ToolContext
 from toren import client as toren_client
 from toren._config import AgentConfig
 from toren._events import render
+from toren._workspace import download
 from toren.tools._sandbox._files import workspace_name
 from toren.tools._sandbox._jail import Jail
 from toren.worker import serve
@@ -304,3 +305,43 @@ def test_without_bwrap_it_refuses_unless_both_opt_in(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TOREN_SANDBOX_UNCONFINED", "other")  # the agent alone: not enough
     with pytest.raises(SandboxError):
         sandbox.code_jail(both)
+
+
+WRITE = """
+import time
+def main(name):
+    time.sleep(0.3)
+    open(name, "w").write(name)
+"""
+
+
+@needs_bwrap
+async def test_code_calls_of_one_turn_run_in_order(
+    client: Client, make_agent: Callable[..., Path], workspaces: Path, tmp_path: Path
+) -> None:
+    # `code` declares nothing about the workspace, but its handler names ctx.run_code: its
+    # calls run one after another, each from the version the one before it recorded, as bash's
+    # do. Side by side, both would start from the same version in the same directory, and
+    # each would store whatever the other had half written.
+    writer = CODE.replace("handler=code)", 'effects="external", handler=code)')
+
+    def call(name: str) -> dict[str, Any]:
+        return {"id": name, "name": "code", "args": {"source": WRITE, "args": [f"{name}.txt"]}}
+
+    script = [{"tool_calls": [call("base")]}, {"tool_calls": [call("a"), call("b")]}, "done"]
+    folder = make_agent(tools={"code": writer}, script=script)
+    run_id = f"{folder.name}-{uuid.uuid4().hex[:6]}"
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
+        await handle.result()
+    events = render(await fetch_history(client, run_id))
+    order = [(e["type"], e["callId"]) for e in events if e["type"].startswith("ToolCall")]
+    assert order == [
+        ("ToolCallStarted", "base"), ("ToolCallCompleted", "base"),
+        ("ToolCallStarted", "a"), ("ToolCallCompleted", "a"),
+        ("ToolCallStarted", "b"), ("ToolCallCompleted", "b"),
+    ]  # fmt: skip
+    version = await toren_client.workspace_version(client, run_id)
+    assert version is not None
+    download(run_id, version, tmp_path / "final")
+    assert sorted(p.name for p in (tmp_path / "final").iterdir()) == ["a.txt", "b.txt", "base.txt"]

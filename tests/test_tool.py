@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -268,3 +269,31 @@ def test_a_json_schema_dict_keeps_its_own_choice() -> None:
     tool = define_tool(name="open", description="Open.", input=open_schema, handler=handler)
     assert "additionalProperties" not in tool.schema
     assert validate_args(tool.schema, {"q": "x", "extra": 1}) is None
+
+
+async def _runs_code(args: Any, ctx: ToolContext) -> str:
+    return str((await ctx.run_code("def main():\n    return 1\n")).result)
+
+
+def _opens_workspace(args: Any, ctx: ToolContext) -> str:
+    def inner() -> Any:
+        return ctx.workspace()
+
+    return str(inner)
+
+
+class _Calls:
+    def __call__(self, args: Any, ctx: ToolContext) -> str:
+        return str(ctx.run_code)
+
+
+def test_a_tool_works_in_the_workspace_when_declared_or_its_handler_names_it() -> None:
+    def tool(handler: Any, **kw: Any) -> Any:
+        return define_tool(description="t", handler=handler, **kw)
+
+    assert tool(_runs_code).in_workspace
+    assert tool(_opens_workspace).in_workspace  # through a function defined in it
+    assert tool(functools.partial(_runs_code)).in_workspace
+    assert tool(_Calls()).in_workspace
+    assert tool(lambda a, c: "x", effects="sandbox").in_workspace
+    assert not tool(lambda a, c: c.idempotency_key).in_workspace

@@ -46,6 +46,7 @@ import inspect
 import json
 import os
 import re
+import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -133,6 +134,18 @@ class Tool:
     """The file the tool was loaded from, for error messages."""
 
     @property
+    def in_workspace(self) -> bool:
+        """Whether its calls work in the run's workspace, and so run in order with the others.
+
+        Declared (`effects="sandbox"`; `workspace` for toren's `read_file`), or seen in the
+        handler's code: a handler that names `ctx.run_code` or `ctx.workspace` (itself or a
+        function defined in it). One that reaches the workspace through a function defined
+        elsewhere should declare `effects="sandbox"`, or its calls may run beside another
+        workspace call of the same turn, in the same directory, from the same version.
+        """
+        return self.workspace or self.effects == "sandbox" or _names_workspace(self.handler)
+
+    @property
     def approval_kind(self) -> Literal["never", "always", "predicate"]:
         """How the call is gated: `never`, `always` or `predicate`."""
         if callable(self.approval):
@@ -183,6 +196,27 @@ class Tool:
 
 
 _POOL: ThreadPoolExecutor | None = None
+
+
+_WORKSPACE_NAMES = frozenset({"run_code", "workspace"})
+"""The `ToolContext` methods that work in the run's workspace."""
+
+
+def _names_workspace(handler: Any) -> bool:
+    """Whether `handler`'s code, or code defined in it, names a `_WORKSPACE_NAMES` attribute."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    handler = inspect.unwrap(handler) if callable(handler) else handler
+    code = getattr(handler, "__code__", None)
+    if code is None and callable(handler):  # an object with `__call__`
+        code = getattr(type(handler).__call__, "__code__", None)
+    stack: list[types.CodeType] = [code] if isinstance(code, types.CodeType) else []
+    while stack:
+        current = stack.pop()
+        if _WORKSPACE_NAMES.intersection(current.co_names):
+            return True
+        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return False
 
 
 def _handler_pool() -> ThreadPoolExecutor:

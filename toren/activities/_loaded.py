@@ -53,7 +53,8 @@ class LoadedAgent:
                     execution_provider=t.execution_provider,
                     progress_argument=t.progress_argument,
                     annotations=t.annotations or None,
-                    workspace=t.workspace or t.effects == "sandbox",
+                    workspace=t.in_workspace
+                    or any(u.in_workspace for u in map(self.agent.tools.get, t.uses) if u),
                 )
                 for t in self.agent.tools.values()
             ],
