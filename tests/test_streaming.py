@@ -325,3 +325,40 @@ async def test_a_quick_model_calls_items_ride_in_its_result_and_reach_readers_wh
     ]  # fmt: skip
     # Fields left at their default are not written; a null in the arguments stays.
     assert "earlier_usage" not in results[0] and "finish_reason" not in results[0]
+
+
+GATE = """
+from toren import define_tool
+
+tool = define_tool(description="Gated.", approval="always", handler=lambda a, c: "done")
+"""
+
+
+async def test_a_malformed_publish_signal_is_dropped_and_the_run_goes_on(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    # Anyone can send the stream's publish signal. One whose items are not serialized Payloads
+    # made the SDK's handler raise: the workflow task failed again and again, the run stuck.
+    folder = make_agent(
+        tools={"gate": GATE}, script=[{"tool_calls": [{"id": "g", "name": "gate", "args": {}}]}]
+    )
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
+        await toren_client.wait_for_approval(client, run_id, timeout=30)
+        bad_items = [
+            {"items": [{"topic": "toren", "data": "!!!"}], "publisher_id": "p", "sequence": 1},
+            {"items": [{"topic": "toren", "data": "AAAA"}], "publisher_id": "p", "sequence": 2},
+            {"items": [{"topic": 5, "data": ""}]},
+            {"items": "none"},
+            "garbage",
+        ]
+        for bad in bad_items:
+            await client.get_workflow_handle(run_id).signal(
+                "__temporal_workflow_stream_publish", bad
+            )
+        await toren_client.decide(client, run_id, "g", approved=True)
+        result = await handle.result()
+        events, _ = await collect(client, run_id)
+    assert result.text
+    assert not task_failures(await fetch_history(client, run_id))
+    assert [e.offset for e in events] == list(range(len(events)))  # nothing of them got in

@@ -9,6 +9,7 @@ after a `truncated` notice.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, cast
 
 from temporalio import workflow
@@ -109,7 +110,13 @@ class LiveStream(WorkflowStream):
         self._serialize_from(start)
 
     def _on_publish(self, payload: PublishInput) -> None:
-        # Typed as the SDK's: the signal's argument is decoded by this annotation.
+        # Typed as the SDK's: the signal's argument is decoded by this annotation. Anyone can
+        # send this signal; the SDK's handler raised on an item that is not a serialized
+        # Payload, and a signal handler that raises fails the workflow task again and again.
+        problem = _publish_problem(payload)
+        if problem is not None:
+            workflow.logger.warning("live stream: a publish signal was dropped: %s", problem)
+            return
         start = len(self._items())
         super()._on_publish(payload)
         self._serialize_from(start)
@@ -122,9 +129,28 @@ class LiveStream(WorkflowStream):
 
     def _items(self) -> list[WorkflowStreamItem[Any]]:
         # The SDK's private log. Should a later SDK keep it elsewhere, its items merely stay
-        # `Payload`s (tests/test_streaming.py names what this relies on).
+        # `Payload`s (tests/test_plugin.py checks they are kept as bytes).
         log = getattr(self, "_log", None)
         return log if isinstance(log, list) else []
+
+
+def _publish_problem(payload: Any) -> str | None:
+    """Why `payload` is no publish the stream can take, or None.
+
+    Each item must be a serialized Payload with an encoding, as the SDK's publishers send:
+    readers decode it by that.
+    """
+    if not isinstance(payload, PublishInput) or not isinstance(payload.items, list):
+        return f"expected {{items, publisher_id, sequence}}, got {type(payload).__name__}"
+    for entry in payload.items:
+        item = Payload()
+        try:
+            item.ParseFromString(base64.b64decode(entry.data))
+        except Exception as err:
+            return f"an item is not a serialized Payload: {type(err).__name__}: {err}"
+        if not isinstance(entry.topic, str) or not item.metadata.get("encoding"):
+            return "an item has no topic or no encoding: a reader could not decode it"
+    return None
 
 
 def _serialized(payload: Payload) -> Payload:
