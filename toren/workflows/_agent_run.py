@@ -358,9 +358,7 @@ class AgentRun:
         for item in reply.live or ():
             # What the call had not yet streamed when it returned (it saved a signal), without
             # what the run knows (`toren._live.TAIL_OMITS`).
-            known = {"run_id": workflow.info().workflow_id, "step": run.step}
-            known["attempt"] = reply.attempt
-            self._live.publish({"type": item.get("type"), **known, **item})
+            self.publish(str(item.get("type")), {"attempt": reply.attempt, **item})
         transcript.model_replied(reply.message)
         self._budget.after_call(spec, reply)
         return reply
