@@ -108,6 +108,26 @@ def test_bad_model_settings_and_retry_name_the_key(tmp_path: Path) -> None:
     assert "modelRetry: maxIntervalS (5) is below initialIntervalS (30)" in text
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2", "must be 0 (no heartbeat timeout) or at least 5 seconds; got 2"),
+        ("-1", "must be 0 (no heartbeat timeout) or at least 5 seconds; got -1"),
+        ("soon", "heartbeatTimeoutS: must be a valid number"),
+    ],
+)
+def test_a_heartbeat_timeout_the_calls_cannot_keep_names_the_key(
+    tmp_path: Path, value: str, problem: str
+) -> None:
+    write(tmp_path, f"name: shop\nmodel: mock/echo\nheartbeatTimeoutS: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_agent(tmp_path)
+    assert "heartbeatTimeoutS" in str(err.value)
+    assert problem in str(err.value)
+    ok = load_agent(write(tmp_path / "off", "name: shop\nmodel: mock/echo\nheartbeatTimeoutS: 0\n"))
+    assert ok.config.heartbeat_timeout_s == 0
+
+
 def test_one_error_lists_every_stage(tmp_path: Path) -> None:
     # A type error, a bad model and a broken tool used to take three rounds of fixes.
     write(
@@ -169,8 +189,8 @@ def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None
             f"{yaml_file}: unknown key 'sandbox.netwrk'; did you mean 'network'?",
             f"{yaml_file}: unknown key 'processes.p.taskqueue'; did you mean 'task_queue'?",
             f"{yaml_file}: unknown key 'colour' (known: builtin_tools, description, env, "
-            "instructions, limits, maxTokens, mcp_servers, model, modelRetry, modelSettings, name, "
-            "processes, sandbox, stream, task_queue)",
+            "heartbeatTimeoutS, instructions, limits, maxTokens, mcp_servers, model, modelRetry, "
+            "modelSettings, name, processes, sandbox, stream, task_queue)",
         ]
     )
 

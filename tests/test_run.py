@@ -432,14 +432,28 @@ tool = define_tool(description="A quick call.", input={"type": "object"}, effect
 SLOW_API = QUICK_API.replace("timeout_ms=3000", "timeout_ms=60000")
 
 
-async def test_only_a_call_with_a_long_timeout_gets_a_heartbeat_timeout(
-    client: Client, make_agent: Callable[..., Path], run_id: str
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        # Unset: 10 s. A dead worker's call is retried after the heartbeat timeout or the
+        # call's own timeout, whichever comes first: a 3 s call needs no heartbeat timer.
+        ({}, {"call_model": 10, "quick": 0, "slow": 10}),
+        # 0: none at all, each call is retried at its own timeout (the floor's cost).
+        ({"heartbeatTimeoutS": 0}, {"call_model": 0, "quick": 0, "slow": 0}),
+        # 40 s: the 60 s call's own timeout comes nearly as soon.
+        ({"heartbeatTimeoutS": 40}, {"call_model": 40, "quick": 0, "slow": 0}),
+    ],
+)
+async def test_only_a_call_with_a_long_timeout_gets_the_heartbeat_timeout(
+    client: Client,
+    make_agent: Callable[..., Path],
+    run_id: str,
+    setting: dict[str, Any],
+    expected: dict[str, int],
 ) -> None:
-    # A dead worker's call is retried after the heartbeat timeout (10 s) or the call's own
-    # timeout, whichever comes first: a 3 s call needs no heartbeat timer on the server.
     calls = [{"id": "q", "name": "quick", "args": {}}, {"id": "s", "name": "slow", "args": {}}]
     folder = make_agent(
-        tools={"quick": QUICK_API, "slow": SLOW_API}, script=[{"tool_calls": calls}]
+        tools={"quick": QUICK_API, "slow": SLOW_API}, script=[{"tool_calls": calls}], **setting
     )
     async with serve(client, [folder]):
         run = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
@@ -452,4 +466,4 @@ async def test_only_a_call_with_a_long_timeout_gets_a_heartbeat_timeout(
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     }
-    assert heartbeat == {"call_model": 10, "quick": 0, "slow": 10}
+    assert heartbeat == expected

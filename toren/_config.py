@@ -34,7 +34,7 @@ from pydantic import (
 
 from toren._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren._problems import also_report, describe, problems_at
-from toren._types import ModelRetry
+from toren._types import DEFAULT_HEARTBEAT_TIMEOUT_S, MIN_HEARTBEAT_TIMEOUT_S, ModelRetry
 
 __all__ = [
     "PROVIDER_KEYS",
@@ -277,6 +277,9 @@ class AgentConfig(_Strict):
     """Sampling settings sent with every model request."""
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig, alias="modelRetry")  # type: ignore[arg-type]
     """How a failed model call is retried."""
+    heartbeat_timeout_s: float = Field(DEFAULT_HEARTBEAT_TIMEOUT_S, alias="heartbeatTimeoutS")
+    """Seconds without a heartbeat before Temporal retries a model or tool call (its worker
+    died); 0: none, a dead worker's call is retried at its own timeout."""
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     """Run budgets."""
     # `env` stands before `sandbox` and `builtin_tools` before `processes`: fields validate in
@@ -307,6 +310,17 @@ class AgentConfig(_Strict):
 
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent may call, by name (`toren._mcp_config`)."""
+
+    @field_validator("heartbeat_timeout_s")
+    @classmethod
+    def _beats_fit(cls, seconds: float) -> float:
+        # The calls beat every 2 s, and Temporal's SDK sends at most one beat per 0.8 timeout.
+        if seconds != 0 and seconds < MIN_HEARTBEAT_TIMEOUT_S:
+            raise ValueError(
+                f"must be 0 (no heartbeat timeout) or at least {MIN_HEARTBEAT_TIMEOUT_S:g} "
+                f"seconds; got {seconds:g}"
+            )
+        return seconds
 
     @field_validator("name")
     @classmethod

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from toren._converter import decoded_once, omit_defaults
 
 __all__ = [
     "CUT_AT_MAX_TOKENS",
+    "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "DEFAULT_TOOL_ATTEMPTS",
     "DEFAULT_TOOL_TIMEOUT_MS",
+    "MIN_HEARTBEAT_TIMEOUT_S",
     "STREAM_TOPIC",
     "AgentSpec",
     "ApprovalCheck",
@@ -38,6 +41,12 @@ __all__ = [
 
 DEFAULT_TOOL_TIMEOUT_MS = 120_000
 """`timeout_ms` of a tool that declares none: two minutes suits an interactive agent."""
+DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+"""agent.yaml `heartbeatTimeoutS` unset: a dead worker's model or tool call is retried in
+seconds. Each such call costs the server a timer task (it fires whether or not the call has
+ended; `bench.perf.concurrent` measures it)."""
+MIN_HEARTBEAT_TIMEOUT_S = 5.0
+"""The shortest `heartbeatTimeoutS` other than 0: calls beat every 2 s (`HEARTBEAT_EVERY`)."""
 DEFAULT_TOOL_ATTEMPTS = 3
 """`max_attempts` of a tool that declares none (and no `limits.maxAttemptsPerTask`)."""
 
@@ -160,6 +169,18 @@ class AgentSpec:
     """Named processes `run_process` may start: workflow type, task queue, agent."""
     model_retry: ModelRetry = field(default_factory=ModelRetry)
     """The retry policy of every model call."""
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    """Model and tool calls' heartbeat timeout; 0: none."""
+
+    def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
+        """A call's heartbeat timeout, or none.
+
+        None when the setting is 0, or when the call's own timeout comes nearly as soon: the
+        server keeps a timer for each, fired whether or not the call has ended.
+        """
+        beat = timedelta(seconds=self.heartbeat_timeout_s)
+        return beat if beat and start_to_close > 2 * beat else None
+
     thread_idle_timeout_min: float | None = None
     """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
     max_tokens_budget: int | None = None

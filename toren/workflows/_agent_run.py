@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._input import parse_run_input
     from toren.workflows._status import StatusAttributes
     from toren.workflows._stream_state import LiveStream, carried_stream, stream_state_json
-    from toren.workflows._tool_calls import HEARTBEAT_TIMEOUT, ToolCalls, flow_id
+    from toren.workflows._tool_calls import ToolCalls, flow_id
 
 __all__ = ["AgentRun", "toren_bug"]
 
@@ -346,7 +346,7 @@ class AgentRun:
                 result_type=ModelCallResult,
                 start_to_close_timeout=MODEL_TIMEOUT,
                 # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=spec.heartbeat_timeout(MODEL_TIMEOUT),
                 retry_policy=_retry_policy(spec.model_retry),
                 summary=f"model step {run.step} ({spec.model})",
             )

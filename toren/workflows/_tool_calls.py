@@ -38,14 +38,12 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background
 
-__all__ = ["HEARTBEAT_TIMEOUT", "CallOutcome", "Publish", "ToolCalls", "flow_id"]
+__all__ = ["CallOutcome", "Publish", "ToolCalls", "flow_id"]
 
 Message = dict[str, Any]
 Publish = Callable[[str, dict[str, Any]], None]
 """Publishes a live item of a type with its fields (the run adds `run_id` and `step`)."""
 
-HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-"""A worker that stops heartbeating this long is taken as dead and the call is retried."""
 LOCAL_TOOL_MAX_MS = 10_000
 """Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
 
@@ -269,9 +267,8 @@ class ToolCalls:
                     call_input,
                     result_type=ToolCallResult,
                     start_to_close_timeout=close,
-                    # Notices a dead worker's call long before its timeout; a call whose
-                    # timeout comes nearly as soon needs none (the server keeps a timer for it).
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT if close > 2 * HEARTBEAT_TIMEOUT else None,
+                    # Notices a dead worker's call long before its timeout.
+                    heartbeat_timeout=self._spec.heartbeat_timeout(close),
                     retry_policy=retry,
                     summary=_summary(tool.name, args),
                 )
