@@ -23,6 +23,21 @@ Flags:
   `floor-hb` is the floor with toren's 10 s heartbeat timeout on every activity: in runs
   longer than that the server handles a heartbeat timer per call while the run is open, which
   toren pays for noticing a dead worker's call in seconds (parked mode skips it).
+  `toren-nohb` is toren with `heartbeatTimeoutS: 0` in agent.yaml (no heartbeat timeout: a
+  dead worker's call is retried at its own timeout, as the floor's is); against `floor` it
+  shows what toren adds besides that guarantee (parked mode skips it too).
+- `--settle`: seconds to go on counting the server's CPU after a cell's last run closed, so
+  each cell pays for the timer tasks its activities leave behind: the server keeps one per
+  activity, firing at its earliest timeout (the floor's 1-minute start-to-close, toren's 10 s
+  heartbeat timeout) whether or not the activity is still running. Without it, a timer that
+  fires after its cell is either charged to a later cell or to none. 65 covers both variants;
+  the server's idle CPU over the same seconds (measured once before the first cell) is taken
+  off. Default 0.
+- `--repeats`: batches per (N, T, variant), the variants taking turns (floor, toren, floor,
+  toren, ...) so a slow minute of the machine falls on both; default 1. With more than one, a
+  second table gives each figure's median over the repeats and its ratio to the floor's median
+  (and to `floor-hb`'s when it ran). A cell of 200 turns lasts about 3 s here, and one batch
+  of it moves by 10% from one invocation to the next.
 - `--timeout`: seconds a run may take before it counts as failed; default 600.
 - `--py-spy DIR`: record each cell's worker (floor and toren) with `py-spy record --gil
   --format raw` into DIR and print its top functions (needs py-spy in the venv and ptrace
@@ -87,7 +102,7 @@ from toren.testing import DevServer, temporal_cli
 
 __all__ = ["main"]
 
-VARIANTS = ("floor", "floor-hb", "toren")
+VARIANTS = ("floor", "floor-hb", "toren", "toren-nohb")
 FLOOR_HEARTBEAT_S = 10.0
 """`floor-hb`'s heartbeat timeout on every activity: toren's (`toren.workflows._tool_calls`)."""
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
@@ -201,6 +216,8 @@ async def cell(
     timeout: float,
     server_pid: int | None,
     py_spy: Path | None,
+    settle: float = 0.0,
+    idle_rate: float = 0.0,
 ) -> Cell:
     """Serve one batch of `runs` concurrent runs of `turns` turns from a fresh worker."""
     logdir.mkdir(parents=True)
@@ -235,12 +252,17 @@ async def cell(
         )
         wall = time.monotonic() - began
         worker_cpu = (cpu_seconds(pid) or 0.0) - worker_before
-        server_after = cpu_seconds(server_pid)
         rss = memory_kb(pid, "VmHWM")
         if spy is not None:
             spy.send_signal(2)  # SIGINT: py-spy writes the profile and exits
             spy.wait(60)
-    server_cpu = None if server_before is None else (server_after or 0.0) - server_before
+        if settle:
+            # The worker stays up: a timer that fires finds the run closed and nothing to do.
+            await asyncio.sleep(settle)
+        server_after = cpu_seconds(server_pid)
+    server_cpu = None
+    if server_before is not None:
+        server_cpu = (server_after or 0.0) - server_before - idle_rate * settle
     times = [o for o in outcomes if isinstance(o, float)]
     for o in outcomes:
         if isinstance(o, BaseException):
@@ -249,6 +271,13 @@ async def cell(
     cell.profile = profile
     print(f"  {report([cell], []).splitlines()[-1]}", file=sys.stderr, flush=True)
     return cell
+
+
+async def server_idle_rate(server_pid: int, seconds: float = 20.0) -> float:
+    """The server's CPU seconds per second with no run open."""
+    before = cpu_seconds(server_pid) or 0.0
+    await asyncio.sleep(seconds)
+    return ((cpu_seconds(server_pid) or 0.0) - before) / seconds
 
 
 async def count(client: Client, query: str) -> int:
@@ -338,16 +367,27 @@ async def bench(
     client = await connect(target_host=address)
     root = Path(tempfile.mkdtemp(prefix="toren-perf-conc-"))
     cells, parks = [], []
+    idle_rate = 0.0
+    if args.settle and server_pid is not None:
+        idle_rate = await server_idle_rate(server_pid)
+        print(f"  server idle: {idle_rate * 1000:.1f} ms CPU/s", file=sys.stderr, flush=True)
     try:
-        agents = {t: str(write_agent(root, "toren", t)) for t in args.turns}
+        agents = {
+            (v, t): str(write_agent(root, "toren", t, 0 if v == "toren-nohb" else None))
+            for t in args.turns
+            for v in args.variants
+            if v.startswith("toren")
+        }
         for t in args.turns:
             for n in args.runs:
                 if args.max_turns and n * t > args.max_turns:
                     print(f"  N={n} T={t}: skipped (over --max-turns)", file=sys.stderr)
                     continue
-                for variant in args.variants:
-                    target = f"perf-floor-{t}" if variant.startswith("floor") else agents[t]
-                    logdir = root / "logs" / f"{variant}-{n}-{t}"
+                for variant, repeat in ((v, r) for r in range(args.repeats) for v in args.variants):
+                    target = (
+                        f"perf-floor-{t}" if variant.startswith("floor") else agents[(variant, t)]
+                    )
+                    logdir = root / "logs" / f"{variant}-{n}-{t}-{repeat}"
                     cells.append(
                         await cell(
                             client,
@@ -360,12 +400,15 @@ async def bench(
                             args.timeout,
                             server_pid,
                             args.py_spy,
+                            args.settle,
+                            idle_rate,
                         )
                     )
         if args.parked:
             gated = str(write_gated_agent(root))
-            # floor-hb parks as floor does: a parked run has no activity running.
-            for variant in (v for v in args.variants if v != "floor-hb"):
+            # floor-hb and toren-nohb park as floor and toren do: a parked run has no activity
+            # running.
+            for variant in (v for v in args.variants if v in ("floor", "toren")):
                 logdir = root / "logs" / f"parked-{variant}"
                 parks.append(
                     await parked(client, address, variant, args.parked, gated, logdir, args.timeout)
@@ -414,6 +457,42 @@ def report(cells: list[Cell], parks: list[Parked]) -> str:
     return "\n".join(lines)
 
 
+def summary(cells: list[Cell]) -> str:
+    """Each (N, T, variant)'s medians over its repeats, and their ratios to the floor's."""
+    groups: dict[tuple[int, int, str], list[Cell]] = collections.defaultdict(list)
+    for c in cells:
+        groups[(c.runs, c.turns, c.variant)].append(c)
+
+    def medians(group: list[Cell]) -> tuple[float, float, float | None]:
+        turns = group[0].runs * group[0].turns
+        servers = [c.server_cpu for c in group if c.server_cpu is not None]
+        return (
+            statistics.median(turns / c.wall for c in group),
+            statistics.median(c.worker_cpu * 1000 / turns for c in group),
+            statistics.median(servers) * 1000 / turns if servers else None,
+        )
+
+    lines = [
+        f"medians over repeats{'':<4}{'turns/s':>9}{'worker ms':>11}{'server ms':>11}"
+        f"{'   ratio to floor (turns/s, worker, server)':<44}{'ratio to floor-hb':<24}",
+    ]
+    for (n, t, variant), group in groups.items():
+        rate, worker, server = medians(group)
+        ratios = []
+        for base in ("floor", "floor-hb"):
+            if base == variant or (n, t, base) not in groups:
+                ratios.append("")
+                continue
+            b_rate, b_worker, b_server = medians(groups[(n, t, base)])
+            server_ratio = f"{server / b_server:.2f}x" if server and b_server else "-"
+            ratios.append(f"{rate / b_rate:.2f}x {worker / b_worker:.2f}x {server_ratio}")
+        lines.append(
+            f"{variant:<8} N={n:<4} T={t:<4}x{len(group):<2}{rate:>9.1f}{worker:>11.2f}"
+            f"{'-' if server is None else f'{server:.2f}':>11}   {ratios[0]:<41}{ratios[1]:<24}"
+        )
+    return "\n".join(lines)
+
+
 ROOT_FRAMES = ("<frozen runpy>", "asyncio/", "bench/perf/worker.py", "threading.py", "concurrent/")
 """Modules whose frames sit under nearly every sample (entry point, event loop, thread pool)."""
 
@@ -426,10 +505,10 @@ def top_of_profile(path: Path, limit: int = 15) -> str:
     within: collections.Counter[str] = collections.Counter()
     total = 0
     for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
             continue
-        samples = int(n)
+        samples = int(count)
         total += samples
         # A frame reads `function (path/to/module.py:line)`; merge a function's lines.
         frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
@@ -456,6 +535,10 @@ def main() -> None:
     )
     parser.add_argument("--parked", type=int, default=1000, help="runs parked at once; 0: skip")
     parser.add_argument("--variants", default="floor,toren", help="comma-separated variants")
+    parser.add_argument("--repeats", type=int, default=1, help="batches per cell, interleaved")
+    parser.add_argument(
+        "--settle", type=float, default=0, help="seconds the server's CPU is counted after a cell"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
     parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of the workers")
     parser.add_argument("--address", help="an existing Temporal server (default: start one)")
@@ -482,6 +565,9 @@ def main() -> None:
             cells, parks = asyncio.run(bench(args, server.address, pid))
     print(header)
     print(report(cells, parks))
+    if args.repeats > 1:
+        print()
+        print(summary(cells))
     for c in cells:
         if c.profile is not None and c.profile.exists():
             print()

@@ -122,16 +122,23 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def write_agent(root: Path, variant: str, turns: int) -> Path:
-    """An agent folder for `variant`: T tool turns of `noop`, then a final answer."""
-    name = f"perf_{'local' if variant == 'toren-local' else 'ext'}_{turns}"
+def write_agent(root: Path, variant: str, turns: int, heartbeat_s: float | None = None) -> Path:
+    """An agent folder for `variant`: T tool turns of `noop`, then a final answer.
+
+    `heartbeat_s` sets agent.yaml's `heartbeatTimeoutS` (unset: toren's default).
+    """
+    kind = "local" if variant == "toren-local" else "ext"
+    hb = "" if heartbeat_s is None else f"_hb{heartbeat_s:g}"
+    name = f"perf_{kind}{hb}_{turns}"
     folder = root / name
     (folder / "tools").mkdir(parents=True)
-    config = {
+    config: dict[str, Any] = {
         "name": name,
         "model": "mock/scripted",
         "limits": {"maxStepsPerTask": turns + 1},
     }
+    if heartbeat_s is not None:
+        config["heartbeatTimeoutS"] = heartbeat_s
     (folder / "agent.yaml").write_text(yaml.safe_dump(config))
     (folder / "instructions.md").write_text("You are a benchmark.")
     script: list[Any] = [
