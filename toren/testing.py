@@ -62,6 +62,8 @@ class DevServer:
         workdir: where the database and log go; a temporary folder (removed on exit) if `None`.
         dynamic_config: `KEY=VALUE` dynamic config values, e.g. `FAST_DISPATCH`.
         ui: serve the Web UI (on `ui_port`).
+        metrics: serve the server's Prometheus metrics on `metrics_port`
+            (`http://127.0.0.1:<metrics_port>/metrics`).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class DevServer:
         workdir: Path | None = None,
         dynamic_config: Sequence[str] = FAST_DISPATCH,
         ui: bool = True,
+        metrics: bool = False,
     ) -> None:
         self._owns_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="toren-temporal-"))
@@ -80,6 +83,7 @@ class DevServer:
         self.address = f"127.0.0.1:{self.port}"
         self.dynamic_config = tuple(dynamic_config)
         self.ui = ui
+        self.metrics_port = free_port() if metrics else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -93,6 +97,8 @@ class DevServer:
         ]  # fmt: skip
         if not self.ui:
             cmd.append("--headless")
+        if self.metrics_port:
+            cmd += ["--metrics-port", str(self.metrics_port)]
         for attribute in SEARCH_ATTRIBUTES:
             cmd += ["--search-attribute", attribute]
         for value in self.dynamic_config:

@@ -26,18 +26,21 @@ Flags:
   `toren-nohb` is toren with `heartbeatTimeoutS: 0` in agent.yaml (no heartbeat timeout: a
   dead worker's call is retried at its own timeout, as the floor's is); against `floor` it
   shows what toren adds besides that guarantee (parked mode skips it too).
-- `--settle`: seconds to go on counting the server's CPU after a cell's last run closed, so
-  each cell pays for the timer tasks its activities leave behind: the server keeps one per
-  activity, firing at its earliest timeout (the floor's 1-minute start-to-close, toren's 10 s
-  heartbeat timeout) whether or not the activity is still running. Without it, a timer that
-  fires after its cell is either charged to a later cell or to none. 65 covers both variants;
-  the server's idle CPU over the same seconds (measured once before the first cell) is taken
-  off. Default 0.
+- `--settle`: seconds the server's CPU and operations go on being counted after a cell's last
+  run closed, before the next cell starts; default 15. The server keeps a timer per workflow
+  task (10 s) and per activity, firing at its earliest timeout whether or not the task or
+  activity has ended: toren's 10 s heartbeat timeout falls inside those seconds, the
+  activities' start-to-close timeouts (the same for toren and the floor: 5 minutes a model
+  call, 132 s a tool call) long after, on closed runs. Without it a cell's timers fire in the
+  next cell and are counted there. The server's idle CPU over those seconds (measured once,
+  before the first cell) is taken off.
 - `--repeats`: batches per (N, T, variant), the variants taking turns (floor, toren, floor,
   toren, ...) so a slow minute of the machine falls on both; default 1. With more than one, a
   second table gives each figure's median over the repeats and its ratio to the floor's median
   (and to `floor-hb`'s when it ran). A cell of 200 turns lasts about 3 s here, and one batch
   of it moves by 10% from one invocation to the next.
+- `--server-ops`: print, per turn, each persistence request and queue task the server counted
+  (its Prometheus metrics), one column per variant.
 - `--timeout`: seconds a run may take before it counts as failed; default 600.
 - `--py-spy DIR`: record each cell's worker (floor and toren) with `py-spy record --gil
   --format raw` into DIR and print its top functions (needs py-spy in the venv and ptrace
@@ -55,8 +58,12 @@ Each (variant, N, T) cell gets a fresh worker process (bench/perf/worker.py) tha
 warm-up run first; then the driver starts N runs at once and waits for all of them. Printed per
 cell: turns/s (N*T over the span from the first start to the last result), the worker's and
 the server's CPU milliseconds per turn (utime + stime from /proc/<pid>/stat, before and after
-the batch: steadier than wall time), p50/p99 run time (start call to result, in the driver),
-the worker's peak RSS (VmHWM, including the warm-up) and the failed runs.
+the batch and its `--settle` seconds: steadier than wall time), p50/p99 run time (start call
+to result, in the driver), the worker's peak RSS (VmHWM, including the warm-up), the failed
+runs, and the server's work per turn as its own Prometheus metrics count it (a dev server
+started here serves them): `DB ops`, its persistence requests (SQLite reads and writes), and
+`tasks`, the transfer, timer and visibility queue tasks it processed. Those counts do not move
+with the machine's load, as CPU time does.
 
 Parked mode (`--parked K`): K runs of one gated tool call (`approval="always"`) started at
 once, waiting until visibility counts all K as `TorenStatus="waiting_approval"`; the floor
@@ -88,7 +95,8 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -126,6 +134,15 @@ class Cell:
     server_cpu: float | None
     rss_kb: int
     profile: Path | None = None
+    server_ops: collections.Counter[str] = field(default_factory=collections.Counter)
+    """What the server did for the batch, counted by its own metrics (`server_counts`)."""
+
+    def ops_per_turn(self, prefix: str) -> str:
+        """The server's counted operations of a kind (`persistence`, `task`) per turn."""
+        if not self.server_ops:
+            return "-"
+        total = sum(n for key, n in self.server_ops.items() if key.startswith(prefix + ":"))
+        return f"{total / (self.runs * self.turns):.1f}"
 
     def per_turn_ms(self, seconds: float | None) -> str:
         """CPU milliseconds per turn over the whole batch, as printed."""
@@ -218,6 +235,7 @@ async def cell(
     py_spy: Path | None,
     settle: float = 0.0,
     idle_rate: float = 0.0,
+    metrics_port: int | None = None,
 ) -> Cell:
     """Serve one batch of `runs` concurrent runs of `turns` turns from a fresh worker."""
     logdir.mkdir(parents=True)
@@ -245,6 +263,7 @@ async def cell(
             )
             await asyncio.sleep(1.0)  # py-spy attaches before the batch starts
         worker_before, server_before = cpu_seconds(pid) or 0.0, cpu_seconds(server_pid)
+        ops_before = server_counts(metrics_port)
         began = time.monotonic()
         outcomes = await asyncio.gather(
             *(one_run(client, variant, turns, target, timeout) for _ in range(runs)),
@@ -260,6 +279,8 @@ async def cell(
             # The worker stays up: a timer that fires finds the run closed and nothing to do.
             await asyncio.sleep(settle)
         server_after = cpu_seconds(server_pid)
+        ops = server_counts(metrics_port)
+        ops.subtract(ops_before)
     server_cpu = None
     if server_before is not None:
         server_cpu = (server_after or 0.0) - server_before - idle_rate * settle
@@ -269,8 +290,29 @@ async def cell(
             print(f"  {variant} N={runs} T={turns}: failed run: {o!r}", file=sys.stderr)
     cell = Cell(variant, runs, turns, wall, times, runs - len(times), worker_cpu, server_cpu, rss)
     cell.profile = profile
+    cell.server_ops = +ops
     print(f"  {report([cell], []).splitlines()[-1]}", file=sys.stderr, flush=True)
     return cell
+
+
+METRICS_LINE = re.compile(
+    r'^(persistence_requests|task_requests)\{(?:.*,)?operation="([^"]+)".*\} ([0-9.e+]+)$'
+)
+
+
+def server_counts(port: int | None) -> collections.Counter[str]:
+    """The server's persistence requests and processed queue tasks so far, by operation, from
+    its Prometheus metrics: counts of work, where its CPU time moves with the machine."""
+    counts: collections.Counter[str] = collections.Counter()
+    if port is None:
+        return counts
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        if match := METRICS_LINE.match(line):
+            kind = "persistence" if match[1] == "persistence_requests" else "task"
+            counts[f"{kind}:{match[2]}"] += int(float(match[3]))
+    return counts
 
 
 async def server_idle_rate(server_pid: int, seconds: float = 20.0) -> float:
@@ -402,6 +444,7 @@ async def bench(
                             args.py_spy,
                             args.settle,
                             idle_rate,
+                            args.metrics_port,
                         )
                     )
         if args.parked:
@@ -427,17 +470,19 @@ def percentile(values: list[float], q: float) -> float:
 def report(cells: list[Cell], parks: list[Parked]) -> str:
     """The printed tables."""
     lines = [
-        f"{'variant':<8}{'N':>5}{'T':>5}{'turns/s':>9}{'worker CPU':>12}{'server CPU':>12}"
-        f"{'p50 run':>10}{'p99 run':>10}{'peak RSS':>10}{'failed':>8}",
-        f"{'':<18}{'':>9}{'ms/turn':>12}{'ms/turn':>12}{'s':>10}{'s':>10}{'MB':>10}",
+        f"{'variant':<11}{'N':>5}{'T':>5}{'turns/s':>9}{'worker CPU':>12}{'server CPU':>12}"
+        f"{'p50 run':>10}{'p99 run':>10}{'peak RSS':>10}{'failed':>8}{'DB ops':>8}{'tasks':>7}",
+        f"{'':<21}{'':>9}{'ms/turn':>12}{'ms/turn':>12}{'s':>10}{'s':>10}{'MB':>10}{'':>8}"
+        f"{'/turn':>8}{'/turn':>7}",
     ]
     for c in cells:
         p50 = f"{statistics.median(c.times):.2f}" if c.times else "-"
         p99 = f"{percentile(c.times, 0.99):.2f}" if c.times else "-"
         lines.append(
-            f"{c.variant:<8}{c.runs:>5}{c.turns:>5}{c.runs * c.turns / c.wall:>9.1f}"
+            f"{c.variant:<11}{c.runs:>5}{c.turns:>5}{c.runs * c.turns / c.wall:>9.1f}"
             f"{c.per_turn_ms(c.worker_cpu):>12}{c.per_turn_ms(c.server_cpu):>12}"
             f"{p50:>10}{p99:>10}{c.rss_kb / 1024:>10.0f}{c.failed:>8}"
+            f"{c.ops_per_turn('persistence'):>8}{c.ops_per_turn('task'):>7}"
         )
     if parks:
         lines.append("")
@@ -472,9 +517,13 @@ def summary(cells: list[Cell]) -> str:
             statistics.median(servers) * 1000 / turns if servers else None,
         )
 
+    def ops(group: list[Cell], prefix: str) -> str:
+        counted = [c.ops_per_turn(prefix) for c in group if c.server_ops]
+        return f"{statistics.median(float(x) for x in counted):.1f}" if counted else "-"
+
     lines = [
-        f"medians over repeats{'':<4}{'turns/s':>9}{'worker ms':>11}{'server ms':>11}"
-        f"{'   ratio to floor (turns/s, worker, server)':<44}{'ratio to floor-hb':<24}",
+        f"{'medians over repeats':<24}{'turns/s':>9}{'worker ms':>11}{'server ms':>11}"
+        f"{'DB ops':>8}{'tasks':>7}   ratios (turns/s, worker, server) to floor{'':<6}to floor-hb",
     ]
     for (n, t, variant), group in groups.items():
         rate, worker, server = medians(group)
@@ -486,10 +535,30 @@ def summary(cells: list[Cell]) -> str:
             b_rate, b_worker, b_server = medians(groups[(n, t, base)])
             server_ratio = f"{server / b_server:.2f}x" if server and b_server else "-"
             ratios.append(f"{rate / b_rate:.2f}x {worker / b_worker:.2f}x {server_ratio}")
+        label = f"{variant} N={n} T={t} x{len(group)}"
         lines.append(
-            f"{variant:<8} N={n:<4} T={t:<4}x{len(group):<2}{rate:>9.1f}{worker:>11.2f}"
-            f"{'-' if server is None else f'{server:.2f}':>11}   {ratios[0]:<41}{ratios[1]:<24}"
+            f"{label:<24}{rate:>9.1f}{worker:>11.2f}"
+            f"{'-' if server is None else f'{server:.2f}':>11}{ops(group, 'persistence'):>8}"
+            f"{ops(group, 'task'):>7}   {ratios[0]:<20}{'':<15}{ratios[1]}"
         )
+    return "\n".join(lines)
+
+
+def server_ops_table(cells: list[Cell]) -> str:
+    """Per turn, each operation the server counted, one column per variant (first repeat)."""
+    first: dict[tuple[int, int, str], Cell] = {}
+    for c in cells:
+        first.setdefault((c.runs, c.turns, c.variant), c)
+    lines = []
+    for n, t in dict.fromkeys((k[0], k[1]) for k in first):
+        group = [c for (cn, ct, _), c in first.items() if (cn, ct) == (n, t)]
+        keys = sorted({k for c in group for k in c.server_ops})
+        lines.append(f"server operations per turn, N={n} T={t}")
+        lines.append(f"{'':<52}" + "".join(f"{c.variant:>11}" for c in group))
+        for key in keys:
+            per_turn = [c.server_ops[key] / (c.runs * c.turns) for c in group]
+            if max(per_turn) >= 0.05:
+                lines.append(f"{key:<52}" + "".join(f"{x:>11.2f}" for x in per_turn))
     return "\n".join(lines)
 
 
@@ -535,9 +604,12 @@ def main() -> None:
     )
     parser.add_argument("--parked", type=int, default=1000, help="runs parked at once; 0: skip")
     parser.add_argument("--variants", default="floor,toren", help="comma-separated variants")
+    parser.add_argument(
+        "--server-ops", action="store_true", help="print the server's operations per turn"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="batches per cell, interleaved")
     parser.add_argument(
-        "--settle", type=float, default=0, help="seconds the server's CPU is counted after a cell"
+        "--settle", type=float, default=15, help="seconds the server's CPU is counted after a cell"
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
     parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of the workers")
@@ -557,10 +629,12 @@ def main() -> None:
         f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     began = time.monotonic()
+    args.metrics_port = None
     if args.address:
         cells, parks = asyncio.run(bench(args, args.address, None))
     else:
-        with DevServer(ui=False) as server:
+        with DevServer(ui=False, metrics=True) as server:
+            args.metrics_port = server.metrics_port
             pid = server.proc.pid if server.proc else None
             cells, parks = asyncio.run(bench(args, server.address, pid))
     print(header)
@@ -568,6 +642,9 @@ def main() -> None:
     if args.repeats > 1:
         print()
         print(summary(cells))
+    if args.server_ops:
+        print()
+        print(server_ops_table(cells))
     for c in cells:
         if c.profile is not None and c.profile.exists():
             print()

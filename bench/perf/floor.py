@@ -3,8 +3,10 @@
 `PerfFloor(turns)` alternates a "model" activity (returns a small assistant message with one
 tool call, like toren's) and a "tool" activity (returns 200 characters), `turns` times, then
 one last "model" call that answers: exactly the activities a toren run of `turns` tool turns
-schedules. Plain activities with a start-to-close timeout, the default data converter and the
-default sandbox: what any Temporal workflow pays for this sequence.
+schedules. Plain activities with toren's start-to-close timeouts (5 minutes a model call, 132 s
+a tool call with no `timeout_ms`, so the server's timer for each fires at the same time after
+either run), the default data converter and the default sandbox: what any Temporal workflow
+pays for this sequence.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ __all__ = ["MODEL", "PARKED", "TOOL", "PerfFloor", "PerfFloorParked", "model", "
 
 MODEL = "perf.model"
 TOOL = "perf.tool"
-TIMEOUT = timedelta(minutes=1)
+MODEL_TIMEOUT = timedelta(minutes=5)
+"""toren's `MODEL_TIMEOUT`."""
+TOOL_TIMEOUT = timedelta(seconds=132)
+"""toren's start-to-close for a tool with the default `timeout_ms` (120 s, plus a tenth)."""
 PARKED = SearchAttributeKey.for_keyword("TorenStatus")
 """Set to `waiting_approval` while parked, as toren sets it, so a driver can count parked runs."""
 
@@ -59,7 +64,7 @@ class PerfFloor:
             reply: dict[str, Any] = await workflow.execute_activity(
                 MODEL,
                 args=[step, turns],
-                start_to_close_timeout=TIMEOUT,
+                start_to_close_timeout=MODEL_TIMEOUT,
                 heartbeat_timeout=heartbeat,
             )
             calls = reply.get("tool_calls") or []
@@ -68,7 +73,7 @@ class PerfFloor:
             await workflow.execute_activity(
                 TOOL,
                 json.loads(calls[0]["arguments"]),
-                start_to_close_timeout=TIMEOUT,
+                start_to_close_timeout=TOOL_TIMEOUT,
                 heartbeat_timeout=heartbeat,
             )
 
@@ -87,16 +92,16 @@ class PerfFloorParked:
     async def run(self) -> str:
         """Run the sequence, parked between the first model call and the tool."""
         reply: dict[str, Any] = await workflow.execute_activity(
-            MODEL, args=[1, 1], start_to_close_timeout=TIMEOUT
+            MODEL, args=[1, 1], start_to_close_timeout=MODEL_TIMEOUT
         )
         workflow.upsert_search_attributes([PARKED.value_set("waiting_approval")])
         await workflow.wait_condition(lambda: self.approved)
         call = reply["tool_calls"][0]
         await workflow.execute_activity(
-            TOOL, json.loads(call["arguments"]), start_to_close_timeout=TIMEOUT
+            TOOL, json.loads(call["arguments"]), start_to_close_timeout=TOOL_TIMEOUT
         )
         done: dict[str, Any] = await workflow.execute_activity(
-            MODEL, args=[2, 1], start_to_close_timeout=TIMEOUT
+            MODEL, args=[2, 1], start_to_close_timeout=MODEL_TIMEOUT
         )
         return str(done["content"])
 
