@@ -33,7 +33,8 @@ Flags:
   activities' start-to-close timeouts (the same for toren and the floor: 5 minutes a model
   call, 132 s a tool call) long after, on closed runs. Without it a cell's timers fire in the
   next cell and are counted there. The server's idle CPU over those seconds (measured once,
-  before the first cell) is taken off.
+  before the first cell) is taken off; in a cell of a handful of turns that estimate can
+  outweigh the cell itself, and its server CPU comes out meaningless (even negative).
 - `--repeats`: batches per (N, T, variant), the variants taking turns (floor, toren, floor,
   toren, ...) so a slow minute of the machine falls on both; default 1. With more than one, a
   second table gives each figure's median over the repeats and its ratio to the floor's median
