@@ -114,6 +114,8 @@ def test_bad_model_settings_and_retry_name_the_key(tmp_path: Path) -> None:
         ("2", "must be 0 (no heartbeat timeout) or at least 5 seconds; got 2"),
         ("-1", "must be 0 (no heartbeat timeout) or at least 5 seconds; got -1"),
         ("soon", "heartbeatTimeoutS: must be a valid number"),
+        (".inf", "heartbeatTimeoutS: must be a finite number"),
+        ("1e9", "heartbeatTimeoutS: must be less than or equal to 86400"),
     ],
 )
 def test_a_heartbeat_timeout_the_calls_cannot_keep_names_the_key(

@@ -277,7 +277,9 @@ class AgentConfig(_Strict):
     """Sampling settings sent with every model request."""
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig, alias="modelRetry")  # type: ignore[arg-type]
     """How a failed model call is retried."""
-    heartbeat_timeout_s: float = Field(DEFAULT_HEARTBEAT_TIMEOUT_S, alias="heartbeatTimeoutS")
+    heartbeat_timeout_s: float = Field(
+        DEFAULT_HEARTBEAT_TIMEOUT_S, alias="heartbeatTimeoutS", le=86_400, allow_inf_nan=False
+    )
     """Seconds without a heartbeat before Temporal retries a model or tool call (its worker
     died); 0: none, a dead worker's call is retried at its own timeout."""
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]

@@ -171,6 +171,14 @@ class AgentSpec:
     """The retry policy of every model call."""
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
     """Model and tool calls' heartbeat timeout; 0: none."""
+    thread_idle_timeout_min: float | None = None
+    """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
+    max_tokens_budget: int | None = None
+    """`limits.maxTokens`: input + output tokens a run (a thread's execution) may use."""
+    max_cost_usd: float | None = None
+    """`limits.maxCostUSD`."""
+    prices: list[float] | None = None
+    """USD per million input and output tokens of the model, when known."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.
@@ -180,15 +188,6 @@ class AgentSpec:
         """
         beat = timedelta(seconds=self.heartbeat_timeout_s)
         return beat if beat and start_to_close > 2 * beat else None
-
-    thread_idle_timeout_min: float | None = None
-    """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
-    max_tokens_budget: int | None = None
-    """`limits.maxTokens`: input + output tokens a run (a thread's execution) may use."""
-    max_cost_usd: float | None = None
-    """`limits.maxCostUSD`."""
-    prices: list[float] | None = None
-    """USD per million input and output tokens of the model, when known."""
 
 
 @dataclass
