@@ -34,7 +34,12 @@ from pydantic import (
 
 from toren._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren._problems import also_report, describe, problems_at
-from toren._types import DEFAULT_HEARTBEAT_TIMEOUT_S, MIN_HEARTBEAT_TIMEOUT_S, ModelRetry
+from toren._types import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    MAX_HEARTBEAT_TIMEOUT_S,
+    MIN_HEARTBEAT_TIMEOUT_S,
+    ModelRetry,
+)
 
 __all__ = [
     "PROVIDER_KEYS",
@@ -278,7 +283,10 @@ class AgentConfig(_Strict):
     model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig, alias="modelRetry")  # type: ignore[arg-type]
     """How a failed model call is retried."""
     heartbeat_timeout_s: float = Field(
-        DEFAULT_HEARTBEAT_TIMEOUT_S, alias="heartbeatTimeoutS", le=86_400, allow_inf_nan=False
+        DEFAULT_HEARTBEAT_TIMEOUT_S,
+        alias="heartbeatTimeoutS",
+        le=MAX_HEARTBEAT_TIMEOUT_S,
+        allow_inf_nan=False,
     )
     """Seconds without a heartbeat before Temporal retries a model or tool call (its worker
     died); 0: none, a dead worker's call is retried at its own timeout."""
@@ -313,14 +321,21 @@ class AgentConfig(_Strict):
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent may call, by name (`toren._mcp_config`)."""
 
+    @field_validator("heartbeat_timeout_s", mode="before")
+    @classmethod
+    def _seconds_not_a_switch(cls, value: Any) -> Any:
+        # YAML reads `false`, `off` and `no` as a bool, which would pass as 0 and turn it off.
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number of seconds (0: none); got {value!r}")
+        return value
+
     @field_validator("heartbeat_timeout_s")
     @classmethod
     def _beats_fit(cls, seconds: float) -> float:
-        # The calls beat every 2 s, and Temporal's SDK sends at most one beat per 0.8 timeout.
         if seconds != 0 and seconds < MIN_HEARTBEAT_TIMEOUT_S:
             raise ValueError(
                 f"must be 0 (no heartbeat timeout) or at least {MIN_HEARTBEAT_TIMEOUT_S:g} "
-                f"seconds; got {seconds:g}"
+                f"seconds (calls beat every 2 s); got {seconds!r}"
             )
         return seconds
 

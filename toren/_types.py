@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "DEFAULT_TOOL_ATTEMPTS",
     "DEFAULT_TOOL_TIMEOUT_MS",
+    "MAX_HEARTBEAT_TIMEOUT_S",
     "MIN_HEARTBEAT_TIMEOUT_S",
     "STREAM_TOPIC",
     "AgentSpec",
@@ -45,8 +46,12 @@ DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
 """agent.yaml `heartbeatTimeoutS` unset: a dead worker's model or tool call is retried in
 seconds. Each such call costs the server a timer task (it fires whether or not the call has
 ended; `bench.perf.concurrent` measures it)."""
-MIN_HEARTBEAT_TIMEOUT_S = 5.0
-"""The shortest `heartbeatTimeoutS` other than 0: calls beat every 2 s (`HEARTBEAT_EVERY`)."""
+MIN_HEARTBEAT_TIMEOUT_S = 10.0
+"""The shortest `heartbeatTimeoutS` other than 0. Calls beat every 2 s (`HEARTBEAT_EVERY`), and
+Temporal's SDK sends at most one beat per 0.8 of the timeout, which leaves a fifth of it (2 s
+here) for a beat to arrive from a busy worker before the server takes the call for dead."""
+MAX_HEARTBEAT_TIMEOUT_S = 86_400.0
+"""The longest `heartbeatTimeoutS`: a day (beyond any call's own timeout worth having)."""
 DEFAULT_TOOL_ATTEMPTS = 3
 """`max_attempts` of a tool that declares none (and no `limits.maxAttemptsPerTask`)."""
 

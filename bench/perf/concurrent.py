@@ -19,10 +19,10 @@ Flags:
   was written on, with other work running, N=20 x T=10 ran at 6-8 turns/s (the dev server
   spent 85-95 ms of CPU per turn): a 10,000-turn cell would take over 20 minutes a variant.
 - `--parked`: runs parked at once (0 skips the mode); default 1,000.
-- `--variants`: comma-separated, from `floor`, `floor-hb` and `toren`; default `floor,toren`.
-  `floor-hb` is the floor with toren's 10 s heartbeat timeout on every activity: in runs
-  longer than that the server handles a heartbeat timer per call while the run is open, which
-  toren pays for noticing a dead worker's call in seconds (parked mode skips it).
+- `--variants`: comma-separated, from `floor`, `floor-hb`, `toren` and `toren-nohb`; default
+  `floor,toren`. `floor-hb` is the floor with toren's 10 s heartbeat timeout on every activity:
+  the server keeps a heartbeat timer per call, which toren pays for noticing a dead worker's
+  call in seconds (parked mode skips it).
   `toren-nohb` is toren with `heartbeatTimeoutS: 0` in agent.yaml (no heartbeat timeout: a
   dead worker's call is retried at its own timeout, as the floor's is); against `floor` it
   shows what toren adds besides that guarantee (parked mode skips it too).
@@ -107,13 +107,14 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from bench.perf.floor import PerfFloor, PerfFloorParked
 from bench.perf.run import TOOL_SOURCE, TOOLS, WorkerProcess, cpu_seconds, write_agent
+from toren._types import DEFAULT_HEARTBEAT_TIMEOUT_S
 from toren.testing import DevServer, temporal_cli
 
 __all__ = ["main"]
 
 VARIANTS = ("floor", "floor-hb", "toren", "toren-nohb")
-FLOOR_HEARTBEAT_S = 10.0
-"""`floor-hb`'s heartbeat timeout on every activity: toren's (`toren.workflows._tool_calls`)."""
+FLOOR_HEARTBEAT_S = DEFAULT_HEARTBEAT_TIMEOUT_S
+"""`floor-hb`'s heartbeat timeout on every activity: toren's default."""
 PY_SPY = str(Path(sys.executable).parent / "py-spy")
 START_CONCURRENCY = 50
 """Start calls in flight at once in parked mode (1,000 unbounded ones time out on 2 cores)."""
@@ -138,12 +139,12 @@ class Cell:
     server_ops: collections.Counter[str] = field(default_factory=collections.Counter)
     """What the server did for the batch, counted by its own metrics (`server_counts`)."""
 
-    def ops_per_turn(self, prefix: str) -> str:
+    def ops_per_turn(self, prefix: str) -> float | None:
         """The server's counted operations of a kind (`persistence`, `task`) per turn."""
         if not self.server_ops:
-            return "-"
+            return None
         total = sum(n for key, n in self.server_ops.items() if key.startswith(prefix + ":"))
-        return f"{total / (self.runs * self.turns):.1f}"
+        return total / (self.runs * self.turns)
 
     def per_turn_ms(self, seconds: float | None) -> str:
         """CPU milliseconds per turn over the whole batch, as printed."""
@@ -245,7 +246,7 @@ async def cell(
         pid = w.proc.pid
         spy, profile = None, None
         if py_spy is not None:
-            profile = py_spy / f"{variant}-N{runs}-T{turns}.txt"
+            profile = py_spy / f"{logdir.name}.txt"  # variant, N, T and repeat
             spy = subprocess.Popen(
                 # `--gil`: only the thread holding the GIL, so idle pool threads do not count.
                 [
@@ -263,8 +264,9 @@ async def cell(
                 stderr=subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)  # py-spy attaches before the batch starts
+        # The server's counters trail its work by most of a second: wait for the warm-up's.
+        ops_before = await settled_counts(metrics_port)
         worker_before, server_before = cpu_seconds(pid) or 0.0, cpu_seconds(server_pid)
-        ops_before = server_counts(metrics_port)
         began = time.monotonic()
         outcomes = await asyncio.gather(
             *(one_run(client, variant, turns, target, timeout) for _ in range(runs)),
@@ -280,11 +282,18 @@ async def cell(
             # The worker stays up: a timer that fires finds the run closed and nothing to do.
             await asyncio.sleep(settle)
         server_after = cpu_seconds(server_pid)
-        ops = server_counts(metrics_port)
+        ops = await settled_counts(metrics_port)
         ops.subtract(ops_before)
     server_cpu = None
     if server_before is not None:
         server_cpu = (server_after or 0.0) - server_before - idle_rate * settle
+        if server_cpu <= 0:
+            print(
+                f"  {variant} N={runs} T={turns}: the server's idle CPU over --settle outweighs "
+                "the cell's; its server CPU is left out",
+                file=sys.stderr,
+            )
+            server_cpu = None
     times = [o for o in outcomes if isinstance(o, float)]
     for o in outcomes:
         if isinstance(o, BaseException):
@@ -313,6 +322,20 @@ def server_counts(port: int | None) -> collections.Counter[str]:
         if match := METRICS_LINE.match(line):
             kind = "persistence" if match[1] == "persistence_requests" else "task"
             counts[f"{kind}:{match[2]}"] += int(float(match[3]))
+    return counts
+
+
+async def settled_counts(port: int | None, wait: float = 8.0) -> collections.Counter[str]:
+    """`server_counts` once two reads 1.5 s apart agree (or after `wait` seconds): the
+    server publishes its metrics about once a second."""
+    counts = server_counts(port)
+    deadline = time.monotonic() + wait
+    while port is not None and time.monotonic() < deadline:
+        await asyncio.sleep(1.5)
+        again = server_counts(port)
+        if again == counts:
+            break
+        counts = again
     return counts
 
 
@@ -462,6 +485,10 @@ async def bench(
     return cells, parks
 
 
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def percentile(values: list[float], q: float) -> float:
     """The nearest-rank `q` percentile (0 < q <= 1) of `values`."""
     ordered = sorted(values)
@@ -483,7 +510,7 @@ def report(cells: list[Cell], parks: list[Parked]) -> str:
             f"{c.variant:<11}{c.runs:>5}{c.turns:>5}{c.runs * c.turns / c.wall:>9.1f}"
             f"{c.per_turn_ms(c.worker_cpu):>12}{c.per_turn_ms(c.server_cpu):>12}"
             f"{p50:>10}{p99:>10}{c.rss_kb / 1024:>10.0f}{c.failed:>8}"
-            f"{c.ops_per_turn('persistence'):>8}{c.ops_per_turn('task'):>7}"
+            f"{_figure(c.ops_per_turn('persistence')):>8}{_figure(c.ops_per_turn('task')):>7}"
         )
     if parks:
         lines.append("")
@@ -509,38 +536,53 @@ def summary(cells: list[Cell]) -> str:
     for c in cells:
         groups[(c.runs, c.turns, c.variant)].append(c)
 
+    def median(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
     def medians(group: list[Cell]) -> tuple[float, float, float | None]:
+        """turns/s, worker and server CPU ms per turn."""
         turns = group[0].runs * group[0].turns
-        servers = [c.server_cpu for c in group if c.server_cpu is not None]
+        server = median([c.server_cpu for c in group])
         return (
             statistics.median(turns / c.wall for c in group),
             statistics.median(c.worker_cpu * 1000 / turns for c in group),
-            statistics.median(servers) * 1000 / turns if servers else None,
+            None if server is None else server * 1000 / turns,
         )
 
-    def ops(group: list[Cell], prefix: str) -> str:
-        counted = [c.ops_per_turn(prefix) for c in group if c.server_ops]
-        return f"{statistics.median(float(x) for x in counted):.1f}" if counted else "-"
+    Medians = tuple[float, float, float | None]
 
+    def ratios(mine: Medians, base: Medians | None) -> str:
+        if base is None:
+            return ""
+        server = f"{mine[2] / base[2]:.2f}x" if mine[2] and base[2] else "-"
+        return f"{mine[0] / base[0]:.2f}x {mine[1] / base[1]:.2f}x {server}"
+
+    widths = (28, 9, 11, 11, 8, 7, 20)
+    header = ("medians over repeats", "turns/s", "worker ms", "server ms", "DB ops", "tasks")
     lines = [
-        f"{'medians over repeats':<24}{'turns/s':>9}{'worker ms':>11}{'server ms':>11}"
-        f"{'DB ops':>8}{'tasks':>7}   ratios (turns/s, worker, server) to floor{'':<6}to floor-hb",
+        f"{header[0]:<{widths[0]}}"
+        + "".join(f"{h:>{w}}" for h, w in zip(header[1:], widths[1:6], strict=True))
+        + f"   {'vs floor (turns/s, worker, server)':<36}vs floor-hb"
     ]
     for (n, t, variant), group in groups.items():
-        rate, worker, server = medians(group)
-        ratios = []
-        for base in ("floor", "floor-hb"):
-            if base == variant or (n, t, base) not in groups:
-                ratios.append("")
-                continue
-            b_rate, b_worker, b_server = medians(groups[(n, t, base)])
-            server_ratio = f"{server / b_server:.2f}x" if server and b_server else "-"
-            ratios.append(f"{rate / b_rate:.2f}x {worker / b_worker:.2f}x {server_ratio}")
+        mine = medians(group)
+        bases = [
+            medians(groups[(n, t, b)]) if b != variant and (n, t, b) in groups else None
+            for b in ("floor", "floor-hb")
+        ]
+        cols = (
+            f"{mine[0]:.1f}",
+            f"{mine[1]:.2f}",
+            "-" if mine[2] is None else f"{mine[2]:.2f}",
+            _figure(median([c.ops_per_turn("persistence") for c in group])),
+            _figure(median([c.ops_per_turn("task") for c in group])),
+        )
         label = f"{variant} N={n} T={t} x{len(group)}"
         lines.append(
-            f"{label:<24}{rate:>9.1f}{worker:>11.2f}"
-            f"{'-' if server is None else f'{server:.2f}':>11}{ops(group, 'persistence'):>8}"
-            f"{ops(group, 'task'):>7}   {ratios[0]:<20}{'':<15}{ratios[1]}"
+            f"{label:<{widths[0]}}"
+            + "".join(f"{v:>{w}}" for v, w in zip(cols, widths[1:6], strict=True))
+            + f"   {ratios(mine, bases[0]):<36}{ratios(mine, bases[1])}"
         )
     return "\n".join(lines)
 
@@ -575,10 +617,10 @@ def top_of_profile(path: Path, limit: int = 15) -> str:
     within: collections.Counter[str] = collections.Counter()
     total = 0
     for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
+        stack, _, tail = line.rpartition(" ")
+        if not stack or not tail.isdigit():
             continue
-        samples = int(count)
+        samples = int(tail)
         total += samples
         # A frame reads `function (path/to/module.py:line)`; merge a function's lines.
         frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
@@ -610,7 +652,10 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1, help="batches per cell, interleaved")
     parser.add_argument(
-        "--settle", type=float, default=15, help="seconds the server's CPU is counted after a cell"
+        "--settle",
+        type=float,
+        default=15,
+        help="seconds the server's CPU and operations are counted after a cell",
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take")
     parser.add_argument("--py-spy", type=Path, help="directory for py-spy profiles of the workers")
@@ -645,7 +690,7 @@ def main() -> None:
         print(summary(cells))
     if args.server_ops:
         print()
-        print(server_ops_table(cells))
+        print(server_ops_table(cells) if args.metrics_port else "(no server operations: --address)")
     for c in cells:
         if c.profile is not None and c.profile.exists():
             print()

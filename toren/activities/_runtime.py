@@ -56,7 +56,8 @@ __all__ = ["AgentRuntime"]
 log = logging.getLogger("toren")
 
 HEARTBEAT_EVERY = 2.0
-"""Seconds between heartbeats of a running call (the workflow's heartbeat timeout is 10 s)."""
+"""Seconds between heartbeats of a running call (agent.yaml `heartbeatTimeoutS`, 10 s unless
+set, is at least 10 s or off; Temporal's SDK sends at most one beat per 0.8 of it)."""
 
 
 class AgentRuntime:
@@ -521,7 +522,7 @@ async def _heartbeating() -> AsyncIterator[list[Any]]:
     async def beat() -> None:
         while True:
             # Beat after the first interval, not at once: each beat is a server RPC, most calls
-            # end sooner, and the 10 s heartbeat timeout leaves room for the first one.
+            # end sooner, and a heartbeat timeout (at least 10 s) leaves room for the first one.
             await asyncio.sleep(HEARTBEAT_EVERY)
             activity.heartbeat(*details)
 
