@@ -128,7 +128,16 @@ class _SharedAdapters(PydanticJSONPlainPayloadConverter):
 
     def __init__(self) -> None:
         self._to_json_options = None
-        self._type_adapter = functools.lru_cache(maxsize=_MAX_OWN)(TypeAdapter)
+
+    @functools.cached_property  # settable, as the base class's attribute is (its `__setstate__`)
+    def _type_adapter(self) -> functools._lru_cache_wrapper[TypeAdapter[Any]]:  # type: ignore[override]
+        """The cache of adapters for hints it cannot share, made on first use.
+
+        toren's own payloads never need it, and every cached run keeps its converter: made
+        eagerly, the `lru_cache` wrapper (with its copy of `TypeAdapter`'s attributes) was
+        about 1.3 KB of each parked run.
+        """
+        return functools.lru_cache(maxsize=_MAX_OWN)(TypeAdapter)
 
     def to_payload(self, value: Any) -> Payload | None:
         """Encode `value` as JSON (see the base class, and `omit_defaults`)."""
