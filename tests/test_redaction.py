@@ -27,6 +27,7 @@ from tests.conftest import HISTORIES, secret, task_failures
 from tests.test_context import ECHO
 from toren import client as toren_client
 from toren._redact import MARKER, Redactor, forms
+from toren._types import ApprovalQuestion
 from toren.activities import AgentRuntime
 from toren.models import ModelReply, ModelRequest, ScriptedModel
 from toren.worker import serve
@@ -252,7 +253,7 @@ tool = define_tool(description="Gated.", approval=check, handler=lambda a, c: "r
     )
     runtime = AgentRuntime.load([folder], os.environ)
     with caplog.at_level(logging.WARNING, logger="toren"):
-        check = await runtime.check_approval(folder.name, "gate", "c1", {})
+        check = await runtime.check_approval(ApprovalQuestion(folder.name, "gate", "c1", {}))
     assert check.gated
     assert f"RuntimeError('predicate saw {MARKER}')" in caplog.text
     assert key not in caplog.text

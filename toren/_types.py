@@ -344,6 +344,21 @@ class ToolCallResult:
     """The workspace version this call left (`toren._workspace`), when it wrote there."""
 
 
+@omit_defaults
+@dataclass
+class ApprovalQuestion:
+    """Input of the `toren.check_approval` local activity: whether this call needs a person.
+
+    One argument, not four: the worker keeps a local activity's arguments, each a payload with
+    its own metadata map, for as long as the run stays cached (0.6 KB of each parked run).
+    """
+
+    agent: str
+    tool: str
+    call_id: str
+    args: dict[str, Any]
+
+
 @dataclass
 class ApprovalCheck:
     """Result of the `toren.check_approval` local activity."""

@@ -33,6 +33,7 @@ from toren._transcript import TranscriptCache, tool_message
 from toren._types import (
     AgentSpec,
     ApprovalCheck,
+    ApprovalQuestion,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,
@@ -216,10 +217,9 @@ class AgentRuntime:
         return loaded.spec(self.search_attributes)
 
     @activity.defn(name="toren.check_approval")
-    async def check_approval(
-        self, agent: str, tool: str, call_id: str, args: dict[str, Any]
-    ) -> ApprovalCheck:
+    async def check_approval(self, question: ApprovalQuestion) -> ApprovalCheck:
         """Evaluate a tool's approval policy on the call's args (recorded in history)."""
+        agent, tool, call_id, args = question.agent, question.tool, question.call_id, question.args
         loaded = self._get(agent)
         t = loaded.agent.tools[tool]
         check = ApprovalCheck(gated=True, call_id=call_id, tool=tool)

@@ -209,7 +209,6 @@ class AgentRun:
                 agent,
                 result_type=AgentSpec,
                 start_to_close_timeout=timedelta(seconds=30),
-                summary=f"load spec of {agent}",
             )
         except ActivityError as err:
             cause = err.cause
@@ -225,7 +224,7 @@ class AgentRun:
             return ""
         prompt = self._input.prompt.strip().splitlines()[0] if self._input.prompt.strip() else ""
         if len(prompt) > 160:
-            prompt = prompt[:157] + "…"
+            prompt = prompt[:157] + "..."  # ASCII: see `Approvals.details`
         run = self._run
         return (
             f"**{self._input.agent}**: {prompt}\n\n"
@@ -325,7 +324,10 @@ class AgentRun:
                     usage=dict(run.usage),
                     cost_usd=round(run.cost_usd, 6) if spec.prices else None,
                 )
-            await self._run_turn(calls, cut=reply.finish_reason == CUT_AT_MAX_TOKENS)
+            cut = reply.finish_reason == CUT_AT_MAX_TOKENS
+            # The transcript has its message; the rest of it need not stay while a call waits.
+            del reply
+            await self._run_turn(calls, cut=cut)
 
     async def _call_model(self) -> ModelCallResult:
         spec, run, transcript = self._spec, self._run, self._transcript

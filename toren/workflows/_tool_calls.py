@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         DEFAULT_TOOL_TIMEOUT_MS,
         AgentSpec,
         ApprovalCheck,
+        ApprovalQuestion,
         Decision,
         PendingApproval,
         RunInput,
@@ -163,10 +164,9 @@ class ToolCalls:
         # Also for `always`: the recorded result is the ApprovalRequested entry of the event log.
         check: ApprovalCheck = await workflow.execute_local_activity(
             "toren.check_approval",
-            args=[self._spec.name, tool.name, call_id, args],
+            ApprovalQuestion(self._spec.name, tool.name, call_id, args),
             result_type=ApprovalCheck,
             start_to_close_timeout=timedelta(seconds=30),
-            summary=f"approval policy of {tool.name}",
         )
         return check
 
