@@ -206,9 +206,9 @@ async def test_current_details_tell_a_person_what_to_paste(
         if details is None:
             details = await handle.query("__temporal_workflow_metadata")
             details = details.current_details
-        assert "`pay` — call `big`" in details
+        assert "`pay` - call `big`" in details
         assert '{"call_id": "big", "by": "your-name", "comment": ""}' in details
-        assert "More Actions → Send a Signal" in details
+        assert "More Actions > Send a Signal" in details
         out = await cli("pending", handle.id)
         assert 'big  pay({"amount": 500})' in out.stdout
         await handle.signal("approve", {"call_id": "big", "by": "dave"})
@@ -281,4 +281,4 @@ async def test_a_run_started_by_any_client_says_what_it_is_in_the_web_ui(
         await handle.signal("approve", {"call_id": "big", "by": "dave"})
         await handle.result()
     assert details.startswith(f"**{folder.name}**: Pay the big one\n\nstep 1, ")
-    assert "`pay` — call `big`" in details
+    assert "`pay` - call `big`" in details

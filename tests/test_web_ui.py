@@ -106,9 +106,9 @@ async def test_approve_from_the_web_ui(
         details, shown, descriptions = await asyncio.to_thread(person)
         result = await asyncio.wait_for(handle.result(), 60)
 
-    assert f"pay — call {CALL}" in details
+    assert f"pay - call {CALL}" in details
     assert 'args: {"amount": 500}' in details
-    assert "More Actions → Send a Signal" in details
+    assert "More Actions > Send a Signal" in details
     assert json.loads(shown) == {"call_id": CALL, "by": "your-name", "comment": ""}
     assert descriptions["approve"].startswith("Approve a waiting tool call.")
     assert descriptions["deny"].startswith("Deny a waiting tool call")
@@ -173,7 +173,7 @@ async def test_empty_data_is_refused_and_the_run_keeps_waiting(
             return page.current_details()
 
         details = await asyncio.to_thread(reread)
-        assert f"pay — call {CALL}" in details  # still waiting, and the page says why not
+        assert f"pay - call {CALL}" in details  # still waiting, and the page says why not
         assert "Last refused signal (approve): expected one JSON object" in details
 
         await toren_client.approve(client, handle.id, CALL, by="carol")

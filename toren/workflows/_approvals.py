@@ -193,7 +193,11 @@ class Approvals:
         workflow.set_current_details(f"{headline}\n\n{details}" if headline else details)
 
     def details(self) -> str:
-        """Markdown telling a person what waits and exactly what to paste to decide it."""
+        """Markdown telling a person what waits and exactly what to paste to decide it.
+
+        ASCII only in toren's own words: one character beyond it makes Python store the whole
+        text at two bytes a character, and the SDK keeps the text for as long as the run waits.
+        """
         if not self.pending:
             text = "No tool call is waiting for approval."
         else:
@@ -204,16 +208,16 @@ class Approvals:
                 deny = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": "why"})
                 until = _short_time(p.expires_at) if p.expires_at else "never (waits until decided)"
                 parts.append(
-                    f"### `{p.tool}` — call `{p.call_id}`\n"
+                    f"### `{p.tool}` - call `{p.call_id}`\n"
                     f"- **args:** `{json.dumps(p.args, ensure_ascii=False)[:1000]}`\n"
                     f"- **why gated:** {p.reason}\n"
                     f"- **waiting since:** {_short_time(p.requested_at)}\n"
                     f"- **expires:** {until}\n\n"
-                    "To decide: **More Actions → Send a Signal**, choose `approve` or `deny`, "
+                    "To decide: **More Actions > Send a Signal**, choose `approve` or `deny`, "
                     "paste into Data with your name in `by`, press Tab, then Submit:\n\n"
                     f"approve:\n```json\n{approve}\n```\n"
                     f"deny:\n```json\n{deny}\n```\n"
-                    "Or **Send an Update** → `decide` with "
+                    "Or **Send an Update** > `decide` with "
                     f'`{{"call_id": "{p.call_id}", "approve": true, "by": "your-name"}}` '
                     "for an immediate answer. Press **R** here to refresh after sending."
                 )
