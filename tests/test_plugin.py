@@ -97,7 +97,8 @@ async def test_a_parked_run_holds_no_last_completion_and_shares_its_spec(
 ) -> None:
     # What keeps a parked run as small as a bare workflow (bench/perf/parked_memory.py): its
     # cached instance drops the SDK's last completion once an activation returns, keeps its
-    # live stream's items as bytes, and shares its agent's decoded spec with the other runs.
+    # live stream's items as bytes, shares its agent's decoded spec with the other runs, builds
+    # no adapter cache of its own and keeps its approval details as one byte a character.
     # Each of these reaches into SDK internals: this fails if an SDK upgrade moved them.
     instances: list[Any] = []
     create = toren_plugin._Runner.create_instance
@@ -127,6 +128,14 @@ async def test_a_parked_run_holds_no_last_completion_and_shares_its_spec(
             assert sdk._deployment_version_for_current_task is None
             items = sdk._object._stream._log
             assert items and all(type(i.data).__name__ == "_SerializedPayload" for i in items)
+            # No adapter cache of its own (toren's payloads use the shared ones), and the
+            # details in ASCII (one character beyond doubles the bytes of the whole text).
+            outer = sdk._context_free_payload_converter
+            composite = getattr(outer, "_inner_payload_converter", outer)  # the SDK's wrapper
+            json_converter = composite.converters[b"json/plain"]
+            assert "_type_adapter" not in vars(json_converter)
+            assert "waiting for approval" in sdk._current_details
+            assert sdk._current_details.isascii()
         first, second = (sdk._object._spec for sdk in parked)
         assert first is second
         with pytest.raises(dataclasses.FrozenInstanceError):
