@@ -288,7 +288,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.variant:
         asyncio.run(one_variant(args))
-        return
+        # Skip the interpreter's finalization: the SDK's native threads can still be calling into
+        # Python then, which now and then aborts the process (`PyGILState_Release: thread state
+        # must be current`) after every figure was printed, and fails the whole invocation.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     with contextlib.ExitStack() as stack:
         address = args.address
         if address is None:
