@@ -112,6 +112,7 @@ async def test_namespace_without_the_attributes_still_runs_and_setup_adds_them(
         result = await handle.result()
     assert result.text == "done"
     assert "lacks search attributes TorenAgent, TorenStatus, TorenPendingApprovals" in caplog.text
+    assert "then restart this worker" in caplog.text
     assert not task_failures(await fetch_history(bare, handle.id))
 
     env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TEMPORAL_NAMESPACE": namespace}
@@ -122,6 +123,7 @@ async def test_namespace_without_the_attributes_still_runs_and_setup_adds_them(
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "registered TorenAgent, TorenStatus, TorenPendingApprovals" in out.stdout
+    assert "restart running toren workers" in out.stdout  # they looked once, at their start
     assert await search_attributes.missing(bare) == []
 
 

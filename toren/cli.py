@@ -304,6 +304,8 @@ async def cmd_setup(args: argparse.Namespace) -> int:
     added = await search_attributes.register(client)
     if added:
         print(f"registered {', '.join(added)} in namespace {client.namespace!r}")
+        # Both look the attributes up once, when they start (`toren.worker`, `toren.client`).
+        print("restart running toren workers and `toren serve` so that new runs set them")
     else:
         print(f"namespace {client.namespace!r} already has toren's search attributes")
     return 0

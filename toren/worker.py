@@ -62,7 +62,8 @@ async def _check_search_attributes(client: Client, runtime: AgentRuntime) -> Non
     if absent:
         log.warning(
             "namespace %r lacks search attributes %s: runs work, but the approval inbox "
-            "(`toren pending` without a run id) cannot see them; run `toren setup` to add them",
+            "(`toren pending` without a run id) cannot see them; run `toren setup` to add them, "
+            "then restart this worker (it looks them up only at start)",
             client.namespace,
             ", ".join(absent),
         )
