@@ -204,13 +204,15 @@ async def test_run_says_what_it_waits_for_and_how_to_go_on_after_ctrl_c(
             # The activity's own timeout: the tool's 120 s and the grace toren adds to it.
             assert re.search(r"tool slow running \d+ s of 1[2-9]\d s", seen[-1]), seen[-1]
             await asyncio.wait_for(_read_until(proc.stdout, "— approve with:", seen), 30)
-            assert f"gated (g1) — approve with: toren approve {run_id} g1" in seen[-1]
+            # With this shell's address in front: another terminal may not have it.
+            approve = f"TEMPORAL_ADDRESS={dev_server.address} toren approve {run_id} g1"
+            assert f"gated (g1) — approve with: {approve}" in seen[-1], seen[-1]
             proc.send_signal(signal.SIGINT)
             code = await asyncio.wait_for(proc.wait(), 30)
             err = (await proc.stderr.read()).decode()
             assert code == 130, err
             assert f"run {run_id} goes on on the server" in err
-            assert f"toren events {run_id} --follow" in err
+            assert f"TEMPORAL_ADDRESS={dev_server.address} toren events {run_id} --follow" in err
             assert f"temporal workflow cancel --workflow-id {run_id}" in err
             assert "Traceback" not in err
             # It did go on: approve it and it completes.

@@ -73,7 +73,7 @@ async def test_inbox_lists_waiting_calls_across_runs(
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         for r in runs:
-            assert f"toren approve {r.id} g1" in out.stdout
+            assert f"TEMPORAL_ADDRESS={dev_server.address} toren approve {r.id} g1" in out.stdout
 
         for r in runs:
             await toren_client.approve(client, r.id, "g1", by="ops")

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shlex
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -28,13 +30,27 @@ from temporalio.client import Client, WorkflowExecutionDescription
 
 from toren._attempts import failure_record
 
-__all__ = ["NO_WORKER_AFTER_S", "activity_lines", "watch"]
+__all__ = ["NO_WORKER_AFTER_S", "activity_lines", "toren_command", "watch"]
 
 NO_WORKER_AFTER_S = 5.0
 """How long a workflow task may wait unstarted before the run is said to have no worker."""
 
 REPEAT_S = 15.0
 """A line that only counts time (`running 41 s`) is printed again this often, not each second."""
+
+
+def toren_command(args: str) -> str:
+    """`toren ARGS` as a line to paste into another terminal.
+
+    With this shell's `TEMPORAL_ADDRESS` and `TEMPORAL_NAMESPACE` in front when they are set:
+    another terminal without them would ask the default server for a run it does not have.
+    """
+    env = [
+        f"{name}={shlex.quote(value)} "
+        for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
+        if (value := os.environ.get(name))
+    ]
+    return f"{''.join(env)}toren {args}"
 
 
 def _seconds(ts: Any) -> float | None:
@@ -154,9 +170,8 @@ async def watch(
                 waiting = []
         for call in waiting or []:
             call_id, tool = call.get("call_id"), call.get("tool")
-            line = (
-                f"waiting for approval of {tool} ({call_id}) — approve with: "
-                f"toren approve {run_id} {call_id}"
+            line = f"waiting for approval of {tool} ({call_id}) — approve with: " + toren_command(
+                f"approve {run_id} {call_id}"
             )
             lines.append((line, line))
         for key, line in lines:

@@ -48,6 +48,7 @@ from toren._live_print import LivePrinter
 from toren._mcp_config import McpServerConfig
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
+from toren._watch import toren_command, watch
 from toren.errors import ConfigError, TorenError
 from toren.models._hosted import hosted_tool_problems
 
@@ -174,7 +175,6 @@ async def _follow(
         printer = LivePrinter()
         live = asyncio.create_task(printer.follow(client, run_id))
     if show_help and not as_json:
-        from toren._watch import watch
 
         def say(line: str) -> None:
             if printer is not None:
@@ -227,8 +227,8 @@ async def _print_chain(
                         f"  ⏸  waiting for approval of {event['tool']} ({call}). Approve it in "
                         f"the Web UI (More Actions → Send a Signal → approve, "
                         f'Data {{"call_id": "{call}", "by": "you"}}) or run:\n'
-                        f"       toren approve {run_id} {call}\n"
-                        f"       toren deny {run_id} {call} --comment 'why'"
+                        f"       {toren_command(f'approve {run_id} {call}')}\n"
+                        f"       {toren_command(f'deny {run_id} {call}')} --comment 'why'"
                     )
                 if event["type"] == "RunContinuedAsNew":
                     run = event["newRunId"]  # the same run goes on in a new history
@@ -283,7 +283,7 @@ async def _inbox(client: Client, args: argparse.Namespace) -> int:
     for i in items:
         age = _age(i.age.total_seconds())
         print(f"{i.run_id}  {i.call.call_id}  {i.call.tool}({json.dumps(i.call.args)})  {age} ago")
-        print(f"    toren approve {i.run_id} {i.call.call_id}")
+        print(f"    {toren_command(f'approve {i.run_id} {i.call.call_id}')}")
     return 0
 
 
@@ -698,8 +698,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             run = _started_run[-1]
             print(
                 f"\nstopped following; run {run} goes on on the server.\n"
-                f"  follow it:  toren events {run} --follow\n"
-                f"  approve:    toren pending {run}, then toren approve {run} CALL_ID\n"
+                f"  follow it:  {toren_command(f'events {run} --follow')}\n"
+                f"  approve:    {toren_command(f'pending {run}')}, "
+                f"then {toren_command(f'approve {run} CALL_ID')}\n"
                 f"  cancel it:  temporal workflow cancel --workflow-id {run}",
                 file=sys.stderr,
                 flush=True,
