@@ -213,7 +213,8 @@ async def test_run_says_what_it_waits_for_and_how_to_go_on_after_ctrl_c(
             assert code == 130, err
             assert f"run {run_id} goes on on the server" in err
             assert f"TEMPORAL_ADDRESS={dev_server.address} toren events {run_id} --follow" in err
-            assert f"temporal workflow cancel --workflow-id {run_id}" in err
+            cancel = f"TEMPORAL_ADDRESS={dev_server.address} temporal workflow cancel --workflow-id"
+            assert f"{cancel} {run_id}" in err
             assert "Traceback" not in err
             # It did go on: approve it and it completes.
             await toren_client.approve(client, run_id, "g1", by="ops")

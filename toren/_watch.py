@@ -30,7 +30,7 @@ from temporalio.client import Client, WorkflowExecutionDescription
 
 from toren._attempts import failure_record
 
-__all__ = ["NO_WORKER_AFTER_S", "activity_lines", "toren_command", "watch"]
+__all__ = ["NO_WORKER_AFTER_S", "activity_lines", "pasteable", "toren_command", "watch"]
 
 NO_WORKER_AFTER_S = 5.0
 """How long a workflow task may wait unstarted before the run is said to have no worker."""
@@ -39,8 +39,8 @@ REPEAT_S = 15.0
 """A line that only counts time (`running 41 s`) is printed again this often, not each second."""
 
 
-def toren_command(args: str) -> str:
-    """`toren ARGS` as a line to paste into another terminal.
+def pasteable(command: str) -> str:
+    """`command` (a `toren` or `temporal` CLI line) as a line to paste into another terminal.
 
     With this shell's `TEMPORAL_ADDRESS` and `TEMPORAL_NAMESPACE` in front when they are set:
     another terminal without them would ask the default server for a run it does not have.
@@ -50,7 +50,12 @@ def toren_command(args: str) -> str:
         for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
         if (value := os.environ.get(name))
     ]
-    return f"{''.join(env)}toren {args}"
+    return "".join(env) + command
+
+
+def toren_command(args: str) -> str:
+    """`toren ARGS`, `pasteable`."""
+    return pasteable(f"toren {args}")
 
 
 def _seconds(ts: Any) -> float | None:

@@ -48,7 +48,7 @@ from toren._live_print import LivePrinter
 from toren._mcp_config import McpServerConfig
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
-from toren._watch import toren_command, watch
+from toren._watch import pasteable, toren_command, watch
 from toren.errors import ConfigError, TorenError
 from toren.models._hosted import hosted_tool_problems
 
@@ -701,7 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  follow it:  {toren_command(f'events {run} --follow')}\n"
                 f"  approve:    {toren_command(f'pending {run}')}, "
                 f"then {toren_command(f'approve {run} CALL_ID')}\n"
-                f"  cancel it:  temporal workflow cancel --workflow-id {run}",
+                f"  cancel it:  {pasteable(f'temporal workflow cancel --workflow-id {run}')}",
                 file=sys.stderr,
                 flush=True,
             )
