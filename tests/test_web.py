@@ -297,6 +297,57 @@ def test_toren_serve_runs_open_on_loopback_or_when_told_with_a_warning(
     assert "no TOREN_WEB_TOKENS" in out and warning in out, out
 
 
+async def test_hostile_bodies_and_query_values_get_a_4xx_naming_the_field(
+    client: Client, agent_name: str
+) -> None:
+    app = make_app(client, agent_name)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # a 500 is an answer
+    headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    missing = f"nope-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as http:
+        nested = b"[" * 1000 + b"]" * 1000
+        for path, payload, field in (
+            ("/v1/runs", nested, "body"),
+            (f"/v1/runs/{missing}/decisions", b'{"call_id": "c", "approve": ' + nested + b"}", "body"),
+            # Deep enough that a worker could never decode the run's input: refused before a start.
+            ("/v1/runs", b'{"agent": "%s", "prompt": "p", "arguments": {"a": %s}}'
+             % (agent_name.encode(), b"[" * 150 + b"]" * 150), "arguments"),
+        ):  # fmt: skip
+            r = await http.post(path, content=payload)
+            assert r.status_code == 400, (path, r.status_code, r.text[:200])
+            assert r.json()["field"] == field, r.text
+        for path, field in (
+            (f"/v1/runs/{missing}/stream?from=\u00b2", "from"),
+            (f"/v1/threads/{missing}/messages?limit=\u00b2", "limit"),
+            (f"/v1/threads/{missing}/messages?limit=\u0663", "limit"),  # an Arabic-Indic 3
+            (f"/v1/threads/{missing}/messages?start=-1", "start"),
+        ):
+            r = await http.get(path)
+            assert r.status_code == 400, (path, r.status_code, r.text[:200])
+            assert r.json()["field"] == field, r.text
+        r = await http.get(
+            f"/v1/runs/{missing}/stream", headers={"Last-Event-ID": "\u00b2".encode()}
+        )
+        assert r.status_code == 400 and r.json()["field"] == "Last-Event-ID", r.text
+
+        sent = 0
+
+        async def gibibyte() -> AsyncIterator[bytes]:
+            nonlocal sent
+            chunk = b" " * 1_048_576
+            for _ in range(1024):
+                sent += len(chunk)
+                yield chunk
+
+        # Chunked (no Content-Length): the server stops reading at its limit.
+        r = await http.post("/v1/runs", content=gibibyte())
+        assert r.status_code == 413 and r.json()["field"] == "body", r.text
+        assert sent < 64 * 1_048_576, sent
+    # No run was started by any of it.
+    listed = [w async for w in client.list_workflows(f'TaskQueue = "{agent_name}"')]
+    assert listed == []
+
+
 def test_serve_without_the_web_extra_says_how_to_install_it() -> None:
     code = (
         "import sys; sys.modules['starlette'] = None\n"
