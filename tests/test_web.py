@@ -24,6 +24,7 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -44,6 +45,7 @@ tool = define_tool(
 """
 ADMIN = "admin-token-1"
 """A token for every agent."""
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 OTHER = "other-token-2"
 """A token for an agent no test uses, so every real run is refused to it."""
 
@@ -346,6 +348,31 @@ async def test_hostile_bodies_and_query_values_get_a_4xx_naming_the_field(
     # No run was started by any of it.
     listed = [w async for w in client.list_workflows(f'TaskQueue = "{agent_name}"')]
     assert listed == []
+
+
+async def test_a_search_attribute_set_at_start_does_not_decide_who_sees_a_run(
+    client: Client, agent_name: str
+) -> None:
+    app = make_app(client, agent_name)
+    forged = TypedSearchAttributes([SearchAttributePair(AGENT_KEY, "someone_else")])
+    # A run of `agent_name` whose starter named another agent; no worker, so no task overwrites it.
+    handle = await client.start_workflow(
+        "AgentRun",
+        {"agent": agent_name, "prompt": "x"},
+        id=f"forged-{uuid.uuid4().hex[:8]}",
+        task_queue=agent_name,
+        search_attributes=forged,
+    )
+    try:
+        async with api(app, OTHER) as other:
+            for path in ("", "/pending", "/events"):
+                r = await other.get(f"/v1/runs/{handle.id}{path}")
+                assert r.status_code == 403, (path, r.status_code, r.text)
+        async with api(app, f"{agent_name}-only") as own:
+            r = await own.get(f"/v1/runs/{handle.id}")
+            assert r.status_code == 200 and r.json()["agent"] == agent_name, r.text
+    finally:
+        await handle.terminate("test over")
 
 
 def test_serve_without_the_web_extra_says_how_to_install_it() -> None:
