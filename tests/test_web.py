@@ -7,13 +7,14 @@ schemathesis run go through uvicorn on a free port, as a browser or `curl` would
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -568,26 +569,71 @@ async def test_a_finished_runs_stream_is_served_whole(
 # -- the schema ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def threaded_server(dev_server: DevServer) -> Iterator[str]:
-    """The app under uvicorn in a thread of its own; its client connects from the env."""
-    os.environ["TEMPORAL_ADDRESS"] = dev_server.address
+async def test_generated_requests_get_no_5xx_and_conforming_answers(
+    client: Client,
+    make_agent: Callable[..., Path],
+    agent_name: str,
+    dev_server: DevServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run parked on an approval and a live thread, so generated requests reach real ones too.
+    folder = make_agent(
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {"n": 1}}]}, "done"],
+    )
+    chat = make_agent(script=["ok"], name=f"{agent_name}_chat")
+    token = Token("schema-token", frozenset({agent_name, chat.name}))
+    # As `toren serve` does: the app connects from Temporal's environment on first use.
+    monkeypatch.setenv("TEMPORAL_ADDRESS", dev_server.address)
     port = free_port()
-    app = create_app(tokens=[Token("schema-token", frozenset({"t_schema_only"}))])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = 100
-    while not server.started and deadline:
-        threading.Event().wait(0.1)
-        deadline -= 1
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(tokens=[token]), host="127.0.0.1", port=port, log_level="warning")
+    )
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": "Bearer schema-token"}
+    async with serve_agents(client, [folder, chat]):
+        task = asyncio.create_task(server.serve())
+        try:
+            await wait_for(lambda: server.started, timeout=10)
+            async with httpx.AsyncClient(base_url=base, headers=auth, timeout=60) as http:
+                run = await http.post("/v1/runs", json={"agent": agent_name, "prompt": "go"})
+                thread = await http.post("/v1/threads", json={"agent": chat.name})
+                done = await http.post("/v1/runs", json={"agent": chat.name, "prompt": "hi"})
+                run_id, thread_id = run.json()["run_id"], thread.json()["thread_id"]
+                await client.get_workflow_handle(done.json()["run_id"]).result()
+
+                async def parked() -> Any:
+                    return (await http.get(f"/v1/runs/{run_id}/pending")).json().get("pending")
+
+                await wait_for(parked, timeout=30)
+            # schemathesis calls block: off the loop that serves them.
+            starts = {"/v1/runs": agent_name, "/v1/threads": chat.name}
+            ids = {"run": run_id, "thread": thread_id, "done": done.json()["run_id"]}
+            await asyncio.to_thread(_schemathesis, base, auth, starts, ids)
+        finally:
+            server.should_exit = True
+            await task
+            for queue in (agent_name, chat.name):
+                query = f'TaskQueue = "{queue}" AND ExecutionStatus = "Running"'
+                async for execution in client.list_workflows(query):
+                    await client.get_workflow_handle(execution.id).terminate("test over")
 
 
-def test_generated_requests_get_no_5xx_and_conforming_answers(threaded_server: str) -> None:
-    schema = schemathesis.openapi.from_url(f"{threaded_server}/v1/openapi.json")
+def _of_agent(agent: str, case: Any) -> Any:
+    """`case`, starting a run or thread of `agent`, with an id nothing else generates."""
+    if isinstance(case.body, dict) and "agent" in case.body:
+        case.body["agent"] = agent
+        # A generated id ("0") would be a live run for every later generated `/stream` of it.
+        case.body.pop("run_id", None)
+        case.body.pop("thread_id", None)
+    return case
+
+
+def _schemathesis(
+    base: str, auth: dict[str, str], starts: dict[str, str], ids: dict[str, str]
+) -> None:
+    """Every operation, valid and invalid data, on unknown ids and on real runs and a thread."""
+    schema = schemathesis.openapi.from_url(f"{base}/v1/openapi.json")
     # The token goes in below on every request; a missing token's 401 is tested above.
     schema.config.generation.update(with_security_parameters=False)
     schema.config.checks.negative_data_rejection.expected_statuses.append("413")
@@ -595,10 +641,22 @@ def test_generated_requests_get_no_5xx_and_conforming_answers(threaded_server: s
     assert len(operations) == 15  # every route of the app
     for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
         for operation in operations:
+            strategy = operation.as_strategy(generation_mode=mode)
+            path = operation.path
+            # A live stream never ends: streams of a finished run only.
+            real = ids["thread"] if path.startswith("/v1/threads") else ids["run"]
+            if path.endswith("/stream"):
+                real = "" if path.startswith("/v1/threads") else ids["done"]
+            if "{id}" in path and real:
+                strategy |= operation.as_strategy(
+                    generation_mode=mode, path_parameters={"id": real}
+                )
+            if path in starts and mode == schemathesis.GenerationMode.POSITIVE:  # own agents
+                strategy |= strategy.map(functools.partial(_of_agent, starts[path]))
 
-            @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(case=strategy)
+            @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
             def check(case: Any) -> None:
-                case.call_and_validate(headers={"Authorization": "Bearer schema-token"})
+                case.call_and_validate(headers=auth, timeout=60)
 
             check()
