@@ -231,7 +231,7 @@ async def test_requests_without_a_good_token_or_body_get_a_4xx_naming_why(
         r = await http.get(f"/v1/runs/{missing}/stream", headers={"Last-Event-ID": "-3"})
         assert r.status_code == 400 and r.json()["field"] == "Last-Event-ID"
         r = await http.get("/v1/inbox?agent=Bad-Name")
-        assert r.status_code == 400
+        assert r.status_code == 400 and r.json()["field"] == "agent"
         first = await http.post("/v1/runs", json={"agent": agent_name, "prompt": "x"})
         run_id = first.json()["run_id"]
         twice = await http.post(

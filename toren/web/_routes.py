@@ -222,6 +222,8 @@ class Handlers:
         access: Access = request.state.access
         agent = request.query_params.get("agent")
         if agent is not None:
+            if not re.fullmatch(m.AGENT, agent) or len(agent) > 100:
+                raise WebError(400, f"agent {agent[:100]!r} is not an agent name", field="agent")
             self._allow_agent(request, agent)
         client = await self._client()
         if agent is None and access.agents is not None:
