@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +18,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from tests.conftest import fetch_history, task_failures
 from toren._events import render
+from toren.testing import temporal_cli
 from toren.worker import serve
 from toren.workflows import _tool_calls
 
@@ -141,3 +145,51 @@ async def test_a_bug_in_workflow_code_fails_the_run_instead_of_retrying(
     assert cause.type == "TorenBug" and cause.non_retryable
     assert "KeyError: 'input_tokens'" in cause.message
     assert not task_failures(await fetch_history(client, handle.id))
+
+
+def deep(levels: int) -> bytes:
+    """A JSON object whose `arguments` nest `levels` lists deep (valid JSON, too deep to read)."""
+    return (
+        b'{"agent": "x", "prompt": "p", "arguments": {"a": ' + b"[" * levels + b"]" * levels + b"}}"
+    )
+
+
+@pytest.mark.parametrize("workflow_type", ["AgentRun", "AgentThread"])
+async def test_starts_no_decoder_reads_fail_at_once_showing_the_expected_json(
+    client: Client, make_agent: Callable[..., Path], dev_server: Any, workflow_type: str
+) -> None:
+    folder = make_agent(script=["fine"])
+    queue = folder.name
+    cli = [temporal_cli(), "workflow", "start", "--address", dev_server.address]
+    cli += ["--type", workflow_type, "--task-queue", queue]
+    example = '{"agent": "support", "' + ("user_id" if workflow_type == "AgentThread" else "prompt")
+    ids: dict[str, str] = {}
+    # As a person with the `temporal` CLI starts them: no input, `null`, two inputs.
+    for label, extra in (
+        ("no input", []),
+        ("null", ["--input", "null"]),
+        ("two inputs", ["--input", '{"agent": "a"}', "--input", '{"agent": "b"}']),
+    ):
+        ids[label] = f"cli-{uuid.uuid4().hex[:10]}"
+        out = subprocess.run(
+            [*cli, "--workflow-id", ids[label], *extra], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+    # As any SDK can send them: JSON nested past what a decoder reads, and bytes that are no JSON.
+    for label, data in (
+        ("nested 200", deep(200)),
+        ("nested 100 000", deep(100_000)),
+        ("not JSON", b"\xff{"),
+    ):
+        ids[label] = f"raw-{uuid.uuid4().hex[:10]}"
+        payload = Payload(metadata={"encoding": b"json/plain"}, data=data)
+        await client.start_workflow(
+            workflow_type, RawValue(payload), id=ids[label], task_queue=queue
+        )
+    async with serve(client, [folder]):
+        for label, workflow_id in ids.items():
+            cause = await failure_of(client.get_workflow_handle(workflow_id))
+            assert cause.type == "InvalidRunInput" and cause.non_retryable, (label, cause)
+            assert f"invalid {workflow_type} input" in cause.message, (label, cause.message)
+            assert example in cause.message, (label, cause.message)
+            assert not task_failures(await fetch_history(client, workflow_id)), label

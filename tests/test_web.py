@@ -7,13 +7,14 @@ schemathesis run go through uvicorn on a free port, as a browser or `curl` would
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -44,6 +46,7 @@ tool = define_tool(
 """
 ADMIN = "admin-token-1"
 """A token for every agent."""
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 OTHER = "other-token-2"
 """A token for an agent no test uses, so every real run is refused to it."""
 
@@ -228,7 +231,7 @@ async def test_requests_without_a_good_token_or_body_get_a_4xx_naming_why(
         r = await http.get(f"/v1/runs/{missing}/stream", headers={"Last-Event-ID": "-3"})
         assert r.status_code == 400 and r.json()["field"] == "Last-Event-ID"
         r = await http.get("/v1/inbox?agent=Bad-Name")
-        assert r.status_code == 400
+        assert r.status_code == 400 and r.json()["field"] == "agent"
         first = await http.post("/v1/runs", json={"agent": agent_name, "prompt": "x"})
         run_id = first.json()["run_id"]
         twice = await http.post(
@@ -295,6 +298,82 @@ def test_toren_serve_runs_open_on_loopback_or_when_told_with_a_warning(
         server.terminate()
         out, _ = server.communicate(timeout=30)
     assert "no TOREN_WEB_TOKENS" in out and warning in out, out
+
+
+async def test_hostile_bodies_and_query_values_get_a_4xx_naming_the_field(
+    client: Client, agent_name: str
+) -> None:
+    app = make_app(client, agent_name)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # a 500 is an answer
+    headers = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    missing = f"nope-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as http:
+        nested = b"[" * 1000 + b"]" * 1000
+        for path, payload, field in (
+            ("/v1/runs", nested, "body"),
+            (f"/v1/runs/{missing}/decisions", b'{"call_id": "c", "approve": ' + nested + b"}", "body"),
+            # Deep enough that a worker could never decode the run's input: refused before a start.
+            ("/v1/runs", b'{"agent": "%s", "prompt": "p", "arguments": {"a": %s}}'
+             % (agent_name.encode(), b"[" * 150 + b"]" * 150), "arguments"),
+        ):  # fmt: skip
+            r = await http.post(path, content=payload)
+            assert r.status_code == 400, (path, r.status_code, r.text[:200])
+            assert r.json()["field"] == field, r.text
+        for path, field in (
+            (f"/v1/runs/{missing}/stream?from=\u00b2", "from"),
+            (f"/v1/threads/{missing}/messages?limit=\u00b2", "limit"),
+            (f"/v1/threads/{missing}/messages?limit=\u0663", "limit"),  # an Arabic-Indic 3
+            (f"/v1/threads/{missing}/messages?start=-1", "start"),
+        ):
+            r = await http.get(path)
+            assert r.status_code == 400, (path, r.status_code, r.text[:200])
+            assert r.json()["field"] == field, r.text
+        r = await http.get(
+            f"/v1/runs/{missing}/stream", headers={"Last-Event-ID": "\u00b2".encode()}
+        )
+        assert r.status_code == 400 and r.json()["field"] == "Last-Event-ID", r.text
+
+        sent = 0
+
+        async def gibibyte() -> AsyncIterator[bytes]:
+            nonlocal sent
+            chunk = b" " * 1_048_576
+            for _ in range(1024):
+                sent += len(chunk)
+                yield chunk
+
+        # Chunked (no Content-Length): the server stops reading at its limit.
+        r = await http.post("/v1/runs", content=gibibyte())
+        assert r.status_code == 413 and r.json()["field"] == "body", r.text
+        assert sent < 64 * 1_048_576, sent
+    # No run was started by any of it.
+    listed = [w async for w in client.list_workflows(f'TaskQueue = "{agent_name}"')]
+    assert listed == []
+
+
+async def test_a_search_attribute_set_at_start_does_not_decide_who_sees_a_run(
+    client: Client, agent_name: str
+) -> None:
+    app = make_app(client, agent_name)
+    forged = TypedSearchAttributes([SearchAttributePair(AGENT_KEY, "someone_else")])
+    # A run of `agent_name` whose starter named another agent; no worker, so no task overwrites it.
+    handle = await client.start_workflow(
+        "AgentRun",
+        {"agent": agent_name, "prompt": "x"},
+        id=f"forged-{uuid.uuid4().hex[:8]}",
+        task_queue=agent_name,
+        search_attributes=forged,
+    )
+    try:
+        async with api(app, OTHER) as other:
+            for path in ("", "/pending", "/events"):
+                r = await other.get(f"/v1/runs/{handle.id}{path}")
+                assert r.status_code == 403, (path, r.status_code, r.text)
+        async with api(app, f"{agent_name}-only") as own:
+            r = await own.get(f"/v1/runs/{handle.id}")
+            assert r.status_code == 200 and r.json()["agent"] == agent_name, r.text
+    finally:
+        await handle.terminate("test over")
 
 
 def test_serve_without_the_web_extra_says_how_to_install_it() -> None:
@@ -490,26 +569,71 @@ async def test_a_finished_runs_stream_is_served_whole(
 # -- the schema ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def threaded_server(dev_server: DevServer) -> Iterator[str]:
-    """The app under uvicorn in a thread of its own; its client connects from the env."""
-    os.environ["TEMPORAL_ADDRESS"] = dev_server.address
+async def test_generated_requests_get_no_5xx_and_conforming_answers(
+    client: Client,
+    make_agent: Callable[..., Path],
+    agent_name: str,
+    dev_server: DevServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run parked on an approval and a live thread, so generated requests reach real ones too.
+    folder = make_agent(
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {"n": 1}}]}, "done"],
+    )
+    chat = make_agent(script=["ok"], name=f"{agent_name}_chat")
+    token = Token("schema-token", frozenset({agent_name, chat.name}))
+    # As `toren serve` does: the app connects from Temporal's environment on first use.
+    monkeypatch.setenv("TEMPORAL_ADDRESS", dev_server.address)
     port = free_port()
-    app = create_app(tokens=[Token("schema-token", frozenset({"t_schema_only"}))])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = 100
-    while not server.started and deadline:
-        threading.Event().wait(0.1)
-        deadline -= 1
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(tokens=[token]), host="127.0.0.1", port=port, log_level="warning")
+    )
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": "Bearer schema-token"}
+    async with serve_agents(client, [folder, chat]):
+        task = asyncio.create_task(server.serve())
+        try:
+            await wait_for(lambda: server.started, timeout=10)
+            async with httpx.AsyncClient(base_url=base, headers=auth, timeout=60) as http:
+                run = await http.post("/v1/runs", json={"agent": agent_name, "prompt": "go"})
+                thread = await http.post("/v1/threads", json={"agent": chat.name})
+                done = await http.post("/v1/runs", json={"agent": chat.name, "prompt": "hi"})
+                run_id, thread_id = run.json()["run_id"], thread.json()["thread_id"]
+                await client.get_workflow_handle(done.json()["run_id"]).result()
+
+                async def parked() -> Any:
+                    return (await http.get(f"/v1/runs/{run_id}/pending")).json().get("pending")
+
+                await wait_for(parked, timeout=30)
+            # schemathesis calls block: off the loop that serves them.
+            starts = {"/v1/runs": agent_name, "/v1/threads": chat.name}
+            ids = {"run": run_id, "thread": thread_id, "done": done.json()["run_id"]}
+            await asyncio.to_thread(_schemathesis, base, auth, starts, ids)
+        finally:
+            server.should_exit = True
+            await task
+            for queue in (agent_name, chat.name):
+                query = f'TaskQueue = "{queue}" AND ExecutionStatus = "Running"'
+                async for execution in client.list_workflows(query):
+                    await client.get_workflow_handle(execution.id).terminate("test over")
 
 
-def test_generated_requests_get_no_5xx_and_conforming_answers(threaded_server: str) -> None:
-    schema = schemathesis.openapi.from_url(f"{threaded_server}/v1/openapi.json")
+def _of_agent(agent: str, case: Any) -> Any:
+    """`case`, starting a run or thread of `agent`, with an id nothing else generates."""
+    if isinstance(case.body, dict) and "agent" in case.body:
+        case.body["agent"] = agent
+        # A generated id ("0") would be a live run for every later generated `/stream` of it.
+        case.body.pop("run_id", None)
+        case.body.pop("thread_id", None)
+    return case
+
+
+def _schemathesis(
+    base: str, auth: dict[str, str], starts: dict[str, str], ids: dict[str, str]
+) -> None:
+    """Every operation, valid and invalid data, on unknown ids and on real runs and a thread."""
+    schema = schemathesis.openapi.from_url(f"{base}/v1/openapi.json")
     # The token goes in below on every request; a missing token's 401 is tested above.
     schema.config.generation.update(with_security_parameters=False)
     schema.config.checks.negative_data_rejection.expected_statuses.append("413")
@@ -517,10 +641,22 @@ def test_generated_requests_get_no_5xx_and_conforming_answers(threaded_server: s
     assert len(operations) == 15  # every route of the app
     for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
         for operation in operations:
+            strategy = operation.as_strategy(generation_mode=mode)
+            path = operation.path
+            # A live stream never ends: streams of a finished run only.
+            real = ids["thread"] if path.startswith("/v1/threads") else ids["run"]
+            if path.endswith("/stream"):
+                real = "" if path.startswith("/v1/threads") else ids["done"]
+            if "{id}" in path and real:
+                strategy |= operation.as_strategy(
+                    generation_mode=mode, path_parameters={"id": real}
+                )
+            if path in starts and mode == schemathesis.GenerationMode.POSITIVE:  # own agents
+                strategy |= strategy.map(functools.partial(_of_agent, starts[path]))
 
-            @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(case=strategy)
+            @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
             def check(case: Any) -> None:
-                case.call_and_validate(headers={"Authorization": "Bearer schema-token"})
+                case.call_and_validate(headers=auth, timeout=60)
 
             check()

@@ -1,8 +1,10 @@
 """Which agent a run or thread belongs to, read from Temporal on each request.
 
-The `TorenAgent` search attribute when the run has set it; else the `agent` of the input the
-latest run started with (a run that has not had its first workflow task yet, or a namespace
-without toren's search attributes). Nothing is cached: any replica answers the same.
+The `agent` of the input the latest run started with: the agent the workflow checked in its
+first task and runs as (a continued run's input is the workflow's own). Never the `TorenAgent`
+search attribute: any client may set it when it starts a workflow, and until the run's first
+task overwrites it, it named whatever agent the client chose. Nothing is cached: any replica
+answers the same.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from toren._events import read_through
@@ -19,7 +20,6 @@ from toren.web._errors import WebError
 
 __all__ = ["Target", "target"]
 
-AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 WORKFLOW_TYPES = ("AgentRun", "AgentThread")
 MAX_ID = 1000
 
@@ -56,9 +56,7 @@ async def target(
     kinds = ("AgentThread",) if thread_only else WORKFLOW_TYPES
     if description.workflow_type not in kinds:
         raise WebError(404, f"{workflow_id!r} is not a toren {what}", field="id")
-    agent = description.typed_search_attributes.get(AGENT_KEY) or await _input_agent(
-        client, workflow_id
-    )
+    agent = await _input_agent(client, workflow_id)
     if not access.allows(agent):
         raise WebError(403, f"this token may not touch runs of agent {agent!r}", field="id")
     return Target(workflow_id, agent, description.workflow_type, description.status)
@@ -69,10 +67,13 @@ async def _input_agent(client: Client, workflow_id: str) -> str:
     async for first in handle.fetch_history_events(page_size=1):
         await read_through([first], client.data_converter)
         payloads = first.workflow_execution_started_event_attributes.input.payloads
-        if payloads:
-            raw = client.data_converter.payload_converter.from_payloads([payloads[0]])[0]
+        if len(payloads) == 1:
+            try:
+                raw = client.data_converter.payload_converter.from_payloads([payloads[0]])[0]
+            except Exception:  # no JSON this side reads: the run refuses it too
+                raw = None
             if isinstance(raw, dict) and isinstance(raw.get("agent"), str):
                 return str(raw["agent"])
         break
-    # An input without an agent fails the run at once (`InvalidRunInput`): nobody's agent.
+    # An input without one agent fails the run at once (`InvalidRunInput`): nobody's agent.
     return ""

@@ -33,6 +33,22 @@ _ID = {
 }
 
 
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the item's offset"},
+        "event": {"type": "string", "description": "always `message`"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "the item: a JSON object with `type`, `run_id`, `step`, ...",
+        },
+    },
+}
+"""One Server-Sent Event of a stream (`toren.web._sse`)."""
+
+
 def _ref(model: type[BaseModel]) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{model.__name__}"}
 
@@ -77,7 +93,8 @@ def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
     stream = {
         "200": {
             "description": "Server-Sent Events: `id` the offset, `data` the JSON item",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            # Before OpenAPI 3.2 (`itemSchema`), an event stream's `schema` describes each event.
+            "content": {"text/event-stream": {"schema": _SSE_EVENT}},
         }
     }
     last_event_id = {

@@ -6,11 +6,12 @@ answers any request the same.
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -27,26 +28,67 @@ __all__ = ["Handlers"]
 Model = TypeVar("Model", bound=BaseModel)
 MAX_BODY = 4_000_000
 """Room for the largest valid body (100 000 astral characters escaped in JSON take 1.2 MB)."""
+MAX_DEPTH = 64
+"""Nesting a body may have (the body object is level 1). A run's input nests the body's
+`arguments` a level deeper, its state a few more, and the worker's JSON decoder stops at 200:
+deeper, the run could never read its own input."""
+_UINT = re.compile(r"[0-9]{1,9}")
+
+
+async def _read(request: Request) -> bytes:
+    """The request's body, read only up to `MAX_BODY` (a chunked body has no length to check).
+
+    Raises:
+        WebError: 413 as soon as the body passes `MAX_BODY`.
+    """
+    too_large = WebError(413, f"body over {MAX_BODY} bytes", field="body")
+    length = request.headers.get("content-length", "")
+    if length.isascii() and length.isdigit() and (len(length) > 9 or int(length) > MAX_BODY):
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_deep(value: Any, levels: int) -> bool:
+    """Whether `value` nests objects and lists more than `levels` deep (without recursing)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > levels:
+                return True
+            stack += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return False
 
 
 async def body(request: Request, model: type[Model]) -> Model:
     """The request's JSON body as `model`.
 
     Raises:
-        WebError: 400 for a body that is not a JSON object; pydantic's `ValidationError`
-            (answered 422 naming the field) for one that does not fit.
+        WebError: 413 for a body over `MAX_BODY`, 400 for one that is not a JSON object or
+            nests deeper than `MAX_DEPTH`; pydantic's `ValidationError` (answered 422 naming
+            the field) for one that does not fit.
     """
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise WebError(413, f"body over {MAX_BODY} bytes")
+    raw = await _read(request)
     try:
-        data = json.loads(raw)
-        # A lone surrogate (`"\\ud800"`) parses, but no protobuf string can carry it.
-        json.dumps(data, ensure_ascii=False).encode()
-    except (ValueError, UnicodeError) as err:
-        raise WebError(400, f"body is not valid JSON text: {err}") from None
+        # Not `json.loads`: it recurses, and a body nested 1,000 deep raised `RecursionError`.
+        # This parser stops at 200 levels with a `ValueError`, and refuses a lone surrogate
+        # (`"\\ud800"`), which no protobuf string can carry.
+        data = from_json(raw)
+    except ValueError as err:
+        raise WebError(400, f"body is not valid JSON text: {err}", field="body") from None
     if not isinstance(data, dict):
-        raise WebError(400, "body must be a JSON object")
+        raise WebError(400, "body must be a JSON object", field="body")
+    for key, value in data.items():
+        if _too_deep(value, MAX_DEPTH - 1):
+            raise WebError(
+                400, f"{key!r} nests deeper than {MAX_DEPTH} levels; flatten it", field=str(key)
+            )
     return model.model_validate(data)
 
 
@@ -54,8 +96,9 @@ def _query_int(request: Request, name: str, default: int | None) -> int | None:
     value = request.query_params.get(name)
     if value is None:
         return default
-    if not value.isdigit() or len(value) > 9:
-        raise WebError(400, f"{name} must be a non-negative integer", field=name)
+    # ASCII digits only: `str.isdigit` takes `²` (which `int` refuses) and `٣` (which it reads).
+    if not _UINT.fullmatch(value):
+        raise WebError(400, f"{name} must be a non-negative integer (digits 0-9)", field=name)
     return int(value)
 
 
@@ -179,6 +222,8 @@ class Handlers:
         access: Access = request.state.access
         agent = request.query_params.get("agent")
         if agent is not None:
+            if not re.fullmatch(m.AGENT, agent) or len(agent) > 100:
+                raise WebError(400, f"agent {agent[:100]!r} is not an agent name", field="agent")
             self._allow_agent(request, agent)
         client = await self._client()
         if agent is None and access.agents is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = ["TOPIC", "check_stream", "sse_events", "start_offset"]
 
 TOPIC = "toren"
 FINAL = ("run_completed", "run_failed")
+_OFFSET = re.compile(r"[0-9]{1,18}")
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing an idle stream."""
 
@@ -48,7 +50,8 @@ def start_offset(from_param: str | None, last_event_id: str | None) -> int:
         # An empty Last-Event-ID is what an `EventSource` sends when no event had an id.
         if value is None or (value == "" and name == "Last-Event-ID"):
             continue
-        if not value.strip().isdigit() or len(value.strip()) > 18:
+        # ASCII digits only: `str.isdigit` takes `²` (which `int` refuses) and `٣` (which it reads).
+        if not _OFFSET.fullmatch(value.strip(" \t")):
             raise WebError(400, f"{name} must be a non-negative integer offset", field=name)
         return int(value) + after
     return 0

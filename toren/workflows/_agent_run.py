@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
-    from toren.workflows._input import parse_run_input
+    from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._status import StatusAttributes
     from toren.workflows._stream_state import LiveStream, carried_stream, stream_state_json
     from toren.workflows._tool_calls import ToolCalls, flow_id
@@ -108,10 +108,13 @@ class AgentRun:
     """Where a continued run's raw input holds the live stream's state."""
 
     @workflow.init
-    def __init__(self, raw: Any) -> None:
+    @one_raw_input
+    def __init__(self, *args: RawValue) -> None:
+        # Any start reaches here, even one with no input or an unreadable one: `run` refuses it.
+        self._start = StartInput(args)
         # Signal handlers and queries may run before `run` starts, so these exist from here.
         # The live stream's handlers too: an activity may publish before `run` runs.
-        self._stream = LiveStream(carried_stream(raw, *self._STREAM_PATH))
+        self._stream = LiveStream(carried_stream(self._start.value, *self._STREAM_PATH))
         self._live = self._stream.topic(STREAM_TOPIC)
         self._run = RunState()
         self._approvals = approvals.Approvals(
@@ -126,14 +129,15 @@ class AgentRun:
     # -- the run --------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: Any) -> RunResult:
+    @one_raw_input
+    async def run(self, *args: RawValue) -> RunResult:
         """Run the agent loop to a final answer, or fail with a `RunError` on a budget.
 
-        `raw` is the decoded JSON the run was started with (checked here, not by the SDK,
-        so a wrong input fails the run instead of retrying its first task forever).
+        `args` is what the run was started with, undecoded (read and checked here, not by the
+        SDK, so a wrong input fails the run instead of retrying its first task forever).
         """
         try:
-            return await self._execute(parse_run_input(raw))
+            return await self._execute(parse_run_input(self._start.check("AgentRun")))
         except (ApplicationError, CancelledError):
             raise  # deliberate: a RunError, a wrong input, or a cancellation
         except Exception as err:

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -48,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._agent_run import AgentRun, toren_bug
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
-    from toren.workflows._input import json_type, parse_thread_input
+    from toren.workflows._input import json_type, one_raw_input, parse_thread_input
     from toren.workflows._tool_calls import ToolCalls
 
 __all__ = ["THREAD_SIGNALS", "AgentThread", "message_problem"]
@@ -106,8 +107,9 @@ class AgentThread(AgentRun):
     _STREAM_PATH = ("carry", "run", "stream")
 
     @workflow.init
-    def __init__(self, raw: Any) -> None:
-        super().__init__(raw)
+    @one_raw_input
+    def __init__(self, *args: RawValue) -> None:
+        super().__init__(*args)
         # Messages may arrive (signal or update) before `run` starts; they queue here.
         self._thread = ThreadCarry(run=self._run)
         self._continuing = False
@@ -116,10 +118,11 @@ class AgentThread(AgentRun):
     # -- the thread -----------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, raw: Any) -> ThreadResult:  # type: ignore[override]
+    @one_raw_input
+    async def run(self, *args: RawValue) -> ThreadResult:  # type: ignore[override]
         """Answer messages one execution at a time until `close` or the idle timeout."""
         try:
-            return await self._serve(parse_thread_input(raw))
+            return await self._serve(parse_thread_input(self._start.check("AgentThread")))
         except (ApplicationError, CancelledError):
             raise
         except Exception as err:

@@ -8,10 +8,13 @@ to decode its arguments and retries forever. Deterministic, workflow-side code.
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -22,7 +25,9 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = [
     "InvalidRunInput",
+    "StartInput",
     "identifier_problem",
+    "one_raw_input",
     "json_type",
     "parse_run_input",
     "parse_thread_input",
@@ -48,6 +53,63 @@ def InvalidRunInput(problem: str, workflow_type: str = "AgentRun") -> Applicatio
 
 
 THREAD_EXAMPLE = '{"agent": "support", "user_id": "alice"}'
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def one_raw_input(fn: F) -> F:
+    """Declare `fn(self, *args: RawValue)` to Temporal as taking one `RawValue`.
+
+    The SDK decodes a workflow's start arguments before any workflow code runs, and a failure
+    there (JSON nested past the decoder's depth, bytes that are no JSON) or a count the
+    signature does not take (none, two) fails the workflow task on every retry: the run hangs.
+    Given one argument hint per argument it passes a `RawValue` through undecoded; given a
+    different count it decodes them untyped and calls with them all. So `__init__` and `run`
+    take `*args` (any count reaches them) and show Temporal one `RawValue` parameter (one
+    argument stays undecoded); `StartInput` then decodes it where a failure can end the run.
+    """
+    self, args = inspect.signature(fn).parameters.values()
+    shown = args.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    fn.__signature__ = inspect.signature(fn).replace(parameters=[self, shown])  # type: ignore[attr-defined]
+    return fn
+
+
+class StartInput:
+    """The one JSON value a workflow was started with, or why it has none.
+
+    Read in `__init__` (handlers may run before `run`), checked in `run`. Never raises: a
+    wrong start ends the run with `InvalidRunInput` from `run`.
+    """
+
+    def __init__(self, args: Sequence[Any]) -> None:
+        self.value: Any = None
+        """The decoded input (`None` when there is a problem)."""
+        self.problem: str | None = None
+        """Why there is no input to check, or `None`."""
+        if len(args) != 1:
+            self.problem = f"expected one JSON object as the only input, got {len(args)} inputs"
+            return
+        (arg,) = args
+        if not isinstance(arg, RawValue):  # a test or caller passing a value in process
+            self.value = arg
+            return
+        try:
+            self.value = workflow.payload_converter().from_payload(arg.payload)
+        except Exception as err:
+            first = str(err).strip().splitlines()
+            reason = (first[1] if len(first) > 1 else first[0]).strip()[:200] if first else ""
+            self.problem = f"the input is no JSON toren can read ({reason or type(err).__name__})"
+
+    def check(self, workflow_type: str) -> Any:
+        """The decoded input.
+
+        Raises:
+            ApplicationError: `InvalidRunInput` when the start gave no one readable value.
+        """
+        if self.problem is not None:
+            raise InvalidRunInput(self.problem, workflow_type)
+        return self.value
 
 
 def identifier_problem(what: str, value: Any) -> str | None:
