@@ -365,7 +365,7 @@ def _failed(tool: Tool, err: BaseException) -> ToolResult:
 def _redactor(loaded: LoadedAgent, values: Mapping[str, str], kinds: Mapping[str, Any]) -> Redactor:
     """The agent's redactor plus the secret values a tool set with `ctx.set_env`."""
     secret = [v for n, v in values.items() if (kinds.get(n) or {}).get("type") != "text"]
-    return redactor_of([*loaded.secrets().values(), *secret])
+    return redactor_of([*loaded.secret_values(), *secret])
 
 
 def _variables(tool: Tool, environ: Mapping[str, str]) -> dict[str, str]:
