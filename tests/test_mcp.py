@@ -83,6 +83,21 @@ def serving_http(port: int) -> Iterator[tuple[str, list[str]]]:
         thread.join(10)
 
 
+def kill_given(variable: str) -> None:
+    """SIGKILL every process started with `variable` (`NAME=value`) in its environment."""
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if variable.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    assert killed, f"no process runs with {variable}"
+
+
 def completed(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {e["callId"]: e for e in events if e["type"] == "ToolCallCompleted"}
 
@@ -189,7 +204,9 @@ async def test_a_server_that_died_idle_is_started_again_before_the_next_call(
     )  # fmt: skip
     async with serve(client, [folder], environ={"DEMO_STARTS": str(starts)}):
         first = await toren_client.run_agent(client, folder.name, "go")
-        os.kill(int(starts.read_text().split()[0]), signal.SIGKILL)
+        # The pid the server wrote is its own namespace's (it runs in bubblewrap): kill the
+        # processes that run it, found by the environment they were given.
+        kill_given(f"DEMO_STARTS={starts}")
         second = await toren_client.run_agent(client, folder.name, "again")
     # One attempt allowed: the second call only works because the pool restarted the server.
     assert (first.text, second.text) == ("got 3", "got 3")

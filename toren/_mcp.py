@@ -15,6 +15,7 @@ _mcp_pool`). The `mcp` package is imported only here and only when an agent decl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from toren._context import ToolContext, ToolResult
 from toren._mcp_config import McpServerConfig
+from toren._mcp_jail import stdio_argv
 from toren._tool import Tool
 
 if TYPE_CHECKING:
@@ -97,11 +99,11 @@ async def open_session(
 
     async with contextlib.AsyncExitStack() as stack:
         if server.command is not None:
+            cwd = (folder / server.cwd).resolve() if server.cwd else folder
+            # Apart from the worker: it must not read the worker's environment (`_mcp_jail`).
+            argv = await asyncio.to_thread(stdio_argv, server.command, cwd)
             params = StdioServerParameters(
-                command=server.command[0],
-                args=server.command[1:],
-                env=stdio_env(server, env),
-                cwd=(folder / server.cwd).resolve() if server.cwd else folder,
+                command=argv[0], args=argv[1:], env=stdio_env(server, env), cwd=cwd
             )
             read, write = await stack.enter_async_context(stdio_client(params))
         else:
@@ -125,7 +127,6 @@ async def check_server(
     Raises:
         Exception: whatever kept it from answering within `LIST_TIMEOUT_S` (see `reason`).
     """
-    import asyncio
 
     async def no_call(server: str, tool: str, args: dict[str, Any], ctx: ToolContext) -> Any:
         raise NotImplementedError("toren check never calls a tool")

@@ -13,7 +13,9 @@ raise redactor.failure(err) from None             # an exception, as a redacted 
 
 A secret is matched as it is and in the forms it takes on its way into history: JSON-escaped
 (`"` → `\"`, `\` → `\\`, non-ASCII as `\uXXXX` or not; twice, for JSON inside JSON), Python's
-`repr`, percent-encoded (a value inside a URL), and the password of a secret that is a URL.
+`repr` of it and of its UTF-8 bytes (each JSON-escaped too), percent-encoded (a value inside a
+URL), and the password of a secret that is a URL. A structured value (a tool's returned dict)
+is redacted leaf by leaf before it is serialized (`Redactor.value`), then as text.
 Values shorter than `MIN_SECRET_CHARS` are never matched: replacing every `ab` in every result
 would garble ordinary text, and the markers' places would give the value away regardless.
 """
@@ -44,10 +46,18 @@ def forms(secret: str) -> set[str]:
     if parts is not None and parts.password:
         found |= {parts.password, unquote(parts.password)}
     for value in list(found):
-        escaped = {value}
+        # A `repr` (of the string, or of its UTF-8 bytes: `str(secret.encode())`) may itself be
+        # JSON-escaped on its way in (`{"debug": repr(obj)}`): each form is escaped in turn.
+        escaped = {
+            value,
+            repr(value)[1:-1],
+            repr(value.encode("utf-8", "surrogatepass"))[2:-1],
+            quote(value, safe=""),
+            quote_plus(value, safe=""),
+        }
         for _ in range(2):  # a JSON string inside a JSON string doubles each escape
             escaped |= {json.dumps(v, ensure_ascii=a)[1:-1] for v in escaped for a in (True, False)}
-        found |= escaped | {repr(value)[1:-1], quote(value, safe=""), quote_plus(value, safe="")}
+        found |= escaped
     return {f for f in found if len(f) >= MIN_SECRET_CHARS}
 
 
@@ -72,11 +82,17 @@ class Redactor:
         return [m.span() for m in self._pattern.finditer(text)] if self._pattern else []
 
     def value(self, value: Any) -> Any:
-        """`value` with every string in it redacted, dict keys included (str, dict, list, tuple)."""
+        """`value` with every string and bytes in it redacted, dict keys included.
+
+        Walks dicts, lists and tuples; other values stay as they are.
+        """
         if self._pattern is None:
             return value
         if isinstance(value, str):
             return self.text(value)
+        if isinstance(value, bytes):
+            text = value.decode("utf-8", "surrogateescape")
+            return self.text(text).encode("utf-8", "surrogateescape")
         if isinstance(value, dict):
             return {self.value(k): self.value(v) for k, v in value.items()}
         if isinstance(value, list):

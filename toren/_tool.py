@@ -166,8 +166,17 @@ class Tool:
             return bool(self.approval(self.parse_args(args)))
         return self.approval == "always"
 
-    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-        """Run the handler on `args`; its return value as a `ToolResult`."""
+    async def call(
+        self,
+        args: Mapping[str, Any],
+        ctx: ToolContext,
+        redact: Callable[[Any], Any] | None = None,
+    ) -> ToolResult:
+        """Run the handler on `args`; its return value as a `ToolResult`.
+
+        `redact` (a `Redactor.value`) is applied to a structured return value before it is
+        serialized: every string leaf, every key, bytes and whatever JSON would write as `str`.
+        """
         if self.handler is None:
             # The agent loader keeps other tools from invoking one, and the workflow never
             # schedules one: reaching here is a bug, said plainly.
@@ -188,7 +197,7 @@ class Tool:
                 result = await result
         if isinstance(result, ToolResult):
             return result
-        return ToolResult(result=encode_result(result))
+        return ToolResult(result=encode_result(result, redact))
 
     async def invoke(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         """Run the handler on `args` and return the text the model sees."""
@@ -227,17 +236,37 @@ def _handler_pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def encode_result(result: Any) -> str:
-    """Encode a handler's return value: strings as they are, everything else as JSON."""
+def encode_result(result: Any, redact: Callable[[Any], Any] | None = None) -> str:
+    """Encode a handler's return value: strings as they are, everything else as JSON.
+
+    With `redact`, each leaf is redacted before it is serialized: once serialized, a leaf that
+    held a secret in an escaped form (a `repr`, bytes) would be escaped once more.
+    """
     if isinstance(result, str):
-        return result
+        return redact(result) if redact else result
     if result is None:
         return ""
     from pydantic import BaseModel
 
     if isinstance(result, BaseModel):
-        return result.model_dump_json()
+        if redact is None:
+            return result.model_dump_json()
+        dumped = redact(result.model_dump(mode="json"))
+        return json.dumps(dumped, ensure_ascii=False, separators=(",", ":"))
+    if redact is not None:
+        result = redact(_as_json_writes(result))
     return json.dumps(result, default=str, ensure_ascii=False)
+
+
+def _as_json_writes(value: Any) -> Any:
+    """`value` with what `json.dumps(default=str)` would write as `str(x)` already a string."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {k: _as_json_writes(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_json_writes(v) for v in value]
+    return str(value)
 
 
 def _apply_defaults(schema: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:

@@ -66,6 +66,15 @@ TOOLS = {
             raise ApplicationError("upstream 503", non_retryable=False)
         tool = define_tool(description="Always retryable failure.", max_attempts=2, handler=flaky)
     """,
+    "flaky_lookup": """
+        from temporalio.exceptions import ApplicationError
+        from toren import define_tool
+        def flaky_lookup(a, c):
+            raise ApplicationError("lookup 503", non_retryable=False)
+        tool = define_tool(description="A local activity that always fails retryably.",
+                           effects="none", idempotency="none", timeout_ms=2000, max_attempts=2,
+                           handler=flaky_lookup)
+    """,
     "powers": """
         from toren import define_tool
         async def powers(a, c):
@@ -150,6 +159,8 @@ PATHS: dict[str, tuple[list[Any], dict[str, Any], Drive | None]] = {
     "malformed_signal": ([{"tool_calls": [call("gated", "g")]}, "done"], {}, malformed),
     "timeout": ([{"tool_calls": [call("slow", "s")]}, "done"], {}, None),
     "fail_closed": ([{"tool_calls": [call("flaky", "f")]}, "done"], {}, None),
+    # Recorded before `toren-local-tool-fails-closed` too, as local_fail_closed_unpatched.json.
+    "local_fail_closed": ([{"tool_calls": [call("flaky_lookup", "f")]}, "done"], {}, None),
     "budget_exhausted": (
         [{"tool_calls": [call("echo", f"e{i}", text="x")]} for i in range(5)],
         {"limits": {"maxStepsPerTask": 3}},

@@ -2,21 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from toren._agent import Agent
 from toren._redact import Redactor, redactor
 from toren._types import AgentSpec, ToolSpec
 from toren.models import ModelProvider
 
-__all__ = ["LoadedAgent"]
+__all__ = ["CREDENTIAL_VARIABLES", "LoadedAgent", "worker_secrets"]
 
 _PLAIN = re.compile(r"[+-]?\d+(\.\d+)?|true|false|yes|no|on|off", re.IGNORECASE)
 """Optional env values that are obviously not secret: numbers and yes/no words."""
+
+CREDENTIAL_VARIABLES = (
+    "TEMPORAL_API_KEY",
+    "TEMPORAL_TLS_CLIENT_KEY_DATA",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "TOREN_WEB_TOKENS",
+    "TEMPORAL_CODEC_AUTH",
+)
+"""Credentials a worker's own environment may hold, whichever agent it serves."""
+_CREDENTIAL_NAME = re.compile(
+    r"(^|_)([A-Z0-9]*KEY|KEY_DATA|TOKENS?|SECRETS?|PASSWORD|PASSWD|CREDENTIALS?)$"
+)
+"""Any other variable named like a credential (`OPENAI_API_KEY`, `GITHUB_TOKEN`, ...)."""
 
 
 @dataclass
@@ -30,6 +47,9 @@ class LoadedAgent:
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
     prices: tuple[float, float] | None = None
     """USD per million input and output tokens of the model (agent.yaml, or the table)."""
+    worker_secrets: tuple[str, ...] = ()
+    """Every secret the worker holds (`worker_secrets`): any run's redactor hides them all, since
+    a tool or an MCP server may find one it was never given."""
 
     def spec(self, search_attributes: Sequence[str] = ()) -> AgentSpec:
         """The spec the workflow records once per run."""
@@ -107,6 +127,34 @@ class LoadedAgent:
                     found[var.name] = environ[var.name]
         return found
 
+    def secret_values(self) -> list[str]:
+        """Every value this agent's redactor hides: its own secrets and the worker's."""
+        return [*self.secrets().values(), *self.worker_secrets]
+
     def redactor(self) -> Redactor:
         """The redactor every value this agent's calls send to Temporal goes through."""
-        return redactor(self.secrets().values())
+        return redactor(self.secret_values())
+
+
+def worker_secrets(agents: Sequence[LoadedAgent], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Every secret a worker serving `agents` holds.
+
+    Each agent's own (`LoadedAgent.secrets`), and the credentials in the worker's environment
+    (`environ` over `os.environ`): `CREDENTIAL_VARIABLES`, any variable named like a credential,
+    the password of any URL, and each token of `TOREN_WEB_TOKENS` (`token:agent|agent,...`).
+    """
+    found = {v for a in agents for v in a.secrets(environ).values() if v}
+    for name, value in {**os.environ, **environ}.items():
+        if not value or _PLAIN.fullmatch(value.strip()):
+            continue
+        upper = name.upper()
+        if upper in CREDENTIAL_VARIABLES or _CREDENTIAL_NAME.search(upper):
+            found.add(value)
+        if "://" in value:
+            with contextlib.suppress(ValueError):
+                password = urlsplit(value.strip()).password
+                if password:
+                    found.add(value)
+        if upper == "TOREN_WEB_TOKENS":
+            found |= {e.strip().partition(":")[0] for e in value.split(",") if e.strip()}
+    return tuple(sorted(v for v in found if v))

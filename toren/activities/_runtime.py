@@ -39,7 +39,7 @@ from toren._types import (
     ToolCallInput,
     ToolCallResult,
 )
-from toren.activities._loaded import LoadedAgent
+from toren.activities._loaded import LoadedAgent, worker_secrets
 from toren.activities._mcp_pool import McpPool
 from toren.activities._tool_call import (
     missing_variables,
@@ -155,6 +155,9 @@ class AgentRuntime:
             problems.append(f"two agent folders are both named {name!r}")
         if problems:
             raise ConfigError(problems)
+        held = worker_secrets(loaded, environ)
+        for ready in loaded:
+            ready.worker_secrets = held
         return cls(loaded)
 
     def task_queues(self) -> dict[str, list[LoadedAgent]]:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -274,7 +274,14 @@ async def _run_tool_call(
         env_types=env_types(loaded, tool, input.env),
         hooks=hooks,
     )
-    result = await _call(tool, input.args, ctx)
+
+    def redact(value: Any) -> Any:
+        # Read when the handler returns: values it set with ctx.set_env are secret too.
+        new = {name: str(entry["value"]) for name, entry in ctx.changes.env.items()}
+        kinds = {**(input.env or {}), **ctx.changes.env}
+        return _redactor(loaded, {**thread_env, **new}, kinds).value(value)
+
+    result = await _call(tool, input.args, ctx, redact)
     version = await hooks.finish_workspace(ctx.run_id, writes=tool.effects != "none")
     try:
         ctx.context_changes()
@@ -317,13 +324,21 @@ async def _run_tool_call(
     )
 
 
-async def _call(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> ToolResult:
-    """Run the handler under `timeout_ms`; its failure as an error result (not yet redacted)."""
+async def _call(
+    tool: Tool,
+    args: Mapping[str, Any],
+    ctx: ToolContext,
+    redact: Callable[[Any], Any] | None = None,
+) -> ToolResult:
+    """Run the handler under `timeout_ms`; its failure as an error result (not yet redacted).
+
+    `redact` applies to a structured return value before it is serialized (see `Tool.call`).
+    """
     timeout_ms = tool.timeout_ms or DEFAULT_TOOL_TIMEOUT_MS
     deadline = asyncio.timeout(timeout_ms / 1000)
     try:
         async with deadline:
-            return await tool.call(args, ctx)
+            return await tool.call(args, ctx, redact)
     except TimeoutError as err:
         if not deadline.expired():
             # The handler's own TimeoutError (an upstream call of its own timed out).
@@ -350,7 +365,7 @@ def _failed(tool: Tool, err: BaseException) -> ToolResult:
 def _redactor(loaded: LoadedAgent, values: Mapping[str, str], kinds: Mapping[str, Any]) -> Redactor:
     """The agent's redactor plus the secret values a tool set with `ctx.set_env`."""
     secret = [v for n, v in values.items() if (kinds.get(n) or {}).get("type") != "text"]
-    return redactor_of([*loaded.secrets().values(), *secret])
+    return redactor_of([*loaded.secret_values(), *secret])
 
 
 def _variables(tool: Tool, environ: Mapping[str, str]) -> dict[str, str]:

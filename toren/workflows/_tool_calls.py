@@ -17,7 +17,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from toren._schema import validate_args
@@ -47,6 +48,8 @@ Publish = Callable[[str, dict[str, Any]], None]
 
 LOCAL_TOOL_MAX_MS = 10_000
 """Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
+LOCAL_FAILS_CLOSED = "toren-local-tool-fails-closed"
+"""The patch under which a local tool call out of attempts fails closed instead of the run."""
 
 
 @dataclass
@@ -276,9 +279,19 @@ class ToolCalls:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise
-            return ToolCallResult(
-                f"tool {tool.name} failed closed after {max_attempts} attempts", True
-            )
+            return _failed_closed(tool, max_attempts)
+        except (ApplicationError, ActivityTimeout):
+            # A local activity out of attempts raises its last failure as it is, not wrapped
+            # in an `ActivityError`: the same contract holds. (Runs that failed here before
+            # this patch fail again on replay, as recorded.)
+            if not workflow.patched(LOCAL_FAILS_CLOSED):
+                raise
+            return _failed_closed(tool, max_attempts)
+
+
+def _failed_closed(tool: ToolSpec, max_attempts: int) -> ToolCallResult:
+    """The contract's result for a call that used up its attempts."""
+    return ToolCallResult(f"tool {tool.name} failed closed after {max_attempts} attempts", True)
 
 
 def flow_id(workflow_id: str, run: RunState) -> str:

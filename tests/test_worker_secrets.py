@@ -1,0 +1,187 @@
+"""No secret the worker holds reaches history, whoever finds it: a prying MCP server, a tool.
+
+One worker process serves two agents and holds credentials of its own (`TEMPORAL_API_KEY`, the
+store's AWS keys, `TOREN_WEB_TOKENS`). A stdio MCP server of the first agent tries to read the
+worker's environment through `/proc` (its parent's and every process's): it runs in its own pid
+namespace and finds none of it (unconfined, where the operator allows it, it finds them all). A plain tool of the same agent, in the worker's own process,
+reads them from `os.environ`: every one is redacted, since each run's redactor knows every
+secret of the worker. Then every payload of the history is decoded and searched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import History
+from temporalio.client import Client
+
+from tests.conftest import fetch_history, secret, task_failures
+from toren import client as toren_client
+from toren._events import render
+from toren._redact import MARKER
+from toren.testing import DevServer
+
+PRYING = Path(__file__).resolve().parent / "mcp_servers" / "prying.py"
+
+PEEK = """
+import os
+from urllib.parse import urlsplit
+from toren import define_tool
+
+NAMES = ["OTHER_AGENT_KEY", "TEMPORAL_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+         "TOREN_WEB_TOKENS", "GITHUB_TOKEN"]
+
+def peek(args, ctx):
+    # Not given to this agent: read straight from the worker's environment.
+    found = {name: os.environ.get(name, "unset") for name in NAMES}
+    found["web token"] = os.environ["TOREN_WEB_TOKENS"].partition(":")[0]
+    found["db password"] = urlsplit(os.environ["DATABASE_URL"]).password
+    return found
+
+tool = define_tool(description="Reads the worker's environment.", handler=peek)
+"""
+
+
+def escaped_forms(value: str) -> set[str]:
+    """The secret, its `repr` and its bytes' `repr`, each JSON-escaped once and twice."""
+    found = {value, repr(value)[1:-1], repr(value.encode())[2:-1]}
+    for _ in range(2):
+        found |= {json.dumps(v, ensure_ascii=a)[1:-1] for v in found for a in (True, False)}
+    return found
+
+
+def payloads(message: Message) -> Iterator[Payload]:
+    """Every `Payload` anywhere in `message`."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            items: Any = value.values()
+        elif isinstance(value, Message):
+            items = [value]
+        else:
+            items = value
+        for item in items:
+            if isinstance(item, Message):
+                yield from payloads(item)
+
+
+@pytest.mark.parametrize("confined", [True, False], ids=["bwrap", "unconfined"])
+async def test_a_prying_mcp_server_and_tool_get_no_worker_secret_into_history(
+    client: Client,
+    make_agent: Callable[..., Path],
+    dev_server: DevServer,
+    agent_name: str,
+    confined: bool,
+) -> None:
+    tag = uuid.uuid4().hex[:10]
+    own = secret(f"own-{tag}")
+    other = secret(f"other-agent-{tag}")
+    api_key = secret(f"temporal-api-{tag}")
+    aws = secret(f"aws/secret+{tag}")
+    session = secret(f"aws-session-{tag}")
+    web_token = secret(f"web-tok-{tag}")
+    github = secret(f"ghp_{tag}")
+    db_password = secret(f"pw-{tag}-db")
+    worker_env = {
+        # Nothing of this machine's own environment: unconfined, the server reads all of it.
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "TEMPORAL_API_KEY": api_key,
+        "TEMPORAL_TLS": "false",  # the dev server speaks plain gRPC; the key is still sent
+        "AWS_SECRET_ACCESS_KEY": aws,
+        "AWS_SESSION_TOKEN": session,
+        "TOREN_WEB_TOKENS": f"{web_token}:{agent_name}",
+        "GITHUB_TOKEN": github,
+        "DATABASE_URL": f"postgresql://app:{db_password}@db/shop",
+        "OWN_KEY": own,
+        "OTHER_AGENT_KEY": other,
+        **({} if confined else {"TOREN_MCP_UNCONFINED": "1"}),
+    }
+    folder = make_agent(
+        tools={"peek": PEEK},
+        env={"required": ["OWN_KEY"]},
+        mcp_servers={"pry": {"command": [sys.executable, str(PRYING)], "tools": ["pry"]}},
+        script=[
+            {"tool_calls": [{"id": "p", "name": "pry__pry"}, {"id": "k", "name": "peek"}]},
+            "done",
+        ],
+    )
+    second = make_agent(name=f"{agent_name}_b", env={"required": ["OTHER_AGENT_KEY"]})
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "worker", str(folder), str(second)],
+        env=worker_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        handle = await toren_client.start_run(client, folder.name, "go")
+        assert (await handle.result()).text == "done"
+    finally:
+        worker.kill()
+        worker.wait()
+    history = await fetch_history(client, handle.id)
+    assert not task_failures(history)
+    calls = {e["callId"]: e for e in render(history) if e["type"] == "ToolCallCompleted"}
+
+    # In bubblewrap the server read no environment of the worker's, not even the names;
+    # unconfined (the operator's choice) it read them all, and the redactor hid every value.
+    names = [n for n in worker_env if n.endswith(("_KEY", "_TOKEN", "_TOKENS"))]
+    pried = [n for n in names if f"{n}=" in calls["p"]["result"]]
+    # The tool in the worker's process read them all; each came out redacted.
+    peeked = json.loads(calls["k"]["result"])
+
+    seen = [History(events=history.events).SerializeToString().decode("utf-8", "replace")]
+    for event in history.events:
+        for payload in payloads(event):
+            decoded = client.data_converter.payload_converter.from_payloads([payload])[0]
+            seen.append(json.dumps(decoded, ensure_ascii=False, default=str))
+    values = [own, other, api_key, aws, session, web_token, github, db_password]
+    hits = sorted({v for v in values for f in escaped_forms(v) for text in seen if f in text})
+    assert (pried, peeked, hits) == ([] if confined else names, dict.fromkeys(peeked, MARKER), [])
+    assert len(peeked) == 8
+
+
+def test_without_bubblewrap_a_stdio_server_starts_only_when_the_operator_allows(
+    make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    folder = make_agent(
+        mcp_servers={"pry": {"command": [sys.executable, str(PRYING)], "tools": ["pry"]}}
+    )
+    no_bwrap = tmp_path / "bin"  # a PATH where bwrap is not found
+    no_bwrap.mkdir()
+
+    def check(**environ: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "toren.cli", "check", str(folder)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": str(no_bwrap), "LANG": "C.UTF-8", **environ},
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    refused = check()
+    assert (
+        f"! mcp server pry (stdio: {sys.executable} {PRYING}): could not reach it: McpJailError: "
+        "a stdio MCP server runs inside bubblewrap, so it cannot read the worker's environment, "
+        "and bubblewrap does not work here (bwrap is not installed); install bubblewrap"
+    ) in refused
+    assert "TOREN_MCP_UNCONFINED=1" in refused
+    allowed = check(TOREN_MCP_UNCONFINED="1")
+    assert f"mcp server pry (stdio: {sys.executable} {PRYING}): 1 tool(s)" in allowed
