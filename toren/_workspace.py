@@ -120,7 +120,40 @@ class Manifest:
         if doc.get("v") != VERSION:
             raise StoreError(f"workspace version {expected_id} has format {doc.get('v')!r}")
         files = {p: (str(d), int(s), bool(x)) for p, (d, s, x) in doc["files"].items()}
-        return cls(files=files, dirs=list(doc["dirs"]), links=dict(doc["links"]))
+        manifest = cls(files=files, dirs=list(doc["dirs"]), links=dict(doc["links"]))
+        problems = manifest.path_problems()
+        if problems:
+            # Hash-valid is not enough: whoever can write the store can plant a manifest and
+            # name its id, and a restore writes wherever its paths point.
+            raise StoreError(
+                f"workspace version {expected_id} is refused: {'; '.join(problems[:5])}"
+                + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+            )
+        return manifest
+
+    def path_problems(self) -> list[str]:
+        """Why a path it names could land outside the workspace (empty when none could).
+
+        Every path must be relative, normalized (no `.`, `..` or empty part, no NUL) and must
+        not pass through a symlink the version itself makes.
+        """
+        problems = []
+        every = [*self.files, *self.dirs, *self.links]
+        for relative in every:
+            if not isinstance(relative, str) or not _safe_path(relative):
+                problems.append(f"path {relative!r} is not a plain relative path")
+        for relative, (digest, _, _) in self.files.items():
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                problems.append(f"file {relative!r} names {digest!r}, not a sha256 digest")
+        links = set(self.links)
+        for relative in every:
+            if isinstance(relative, str) and links:
+                parts = relative.split("/")
+                through = ["/".join(parts[:i]) for i in range(1, len(parts))]
+                hit = next((p for p in through if p in links), None)
+                if hit is not None:
+                    problems.append(f"path {relative!r} passes through symlink {hit!r}")
+        return problems
 
     def bytes(self) -> int:
         """The size of every file it names."""
@@ -433,6 +466,13 @@ def _in_parallel(fn: Callable[[_T], int], items: Sequence[_T]) -> list[int]:
     with ThreadPoolExecutor(min(TRANSFERS, len(items)), thread_name_prefix="toren-ws") as pool:
         futures = [pool.submit(fn, item) for item in items]
     return [f.result() for f in futures]
+
+
+def _safe_path(relative: str) -> bool:
+    """Whether `relative` is a normalized path below the workspace (`a/b`, not `../a`, `/a`)."""
+    if not relative or "\0" in relative or relative.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in relative.split("/"))
 
 
 def _blob_key(digest: str) -> str:
