@@ -448,3 +448,20 @@ async def test_a_server_listing_two_tools_of_one_name_stops_the_worker(
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "! MCP server 'demo' lists 2 tools named 'add'" in out.stdout, out.stdout + out.stderr
+
+
+async def test_a_worker_that_fails_to_start_stops_the_servers_it_started(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    """`run_worker` refused the agent (two tools of one name) after starting its MCP server:
+    the server process was left running; now everything opened is closed on the way out."""
+    from toren.worker import run_worker
+
+    starts = tmp_path / "starts"
+    twins = {"command": [sys.executable, str(DEMO.with_name("twins.py"))], "env": ["DEMO_STARTS"]}
+    folder = make_agent(env={"optional": {"DEMO_STARTS": str(starts)}}, mcp_servers={"demo": twins})
+    with pytest.raises(ConfigError, match="lists 2 tools named 'add'"):
+        await run_worker([folder], client=client)
+    [pid] = [int(line) for line in starts.read_text().split()]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

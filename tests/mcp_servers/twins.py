@@ -1,10 +1,11 @@
 """The demo server, but its `tools/list` names two tools `add` (a server toren must refuse).
 
-Run as a stdio server: `python twins.py`.
+Run as a stdio server: `python twins.py`; `DEMO_STARTS` as for the demo server.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from demo import server  # type: ignore[import-not-found]
@@ -22,4 +23,8 @@ async def twins() -> list[Any]:
 server.list_tools = twins  # type: ignore[method-assign]
 
 if __name__ == "__main__":
+    starts = os.environ.get("DEMO_STARTS")
+    if starts:
+        with open(starts, "a") as f:
+            f.write(f"{os.getpid()}\n")
     server.run()
