@@ -476,3 +476,27 @@ def test_an_xlsx_stops_at_the_text_limit_while_reading(
         "'rows.xlsx' holds more than 50,000 characters of text, over the 50,000 limit "
         "(MAX_TEXT_CHARS); split the file"
     )
+
+
+def test_an_xlsx_stops_at_excels_row_limit(
+    store: AttachmentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows compress to nothing (ten million in 2.9 MB): reading stops past MAX_SHEET_ROWS."""
+    import openpyxl
+
+    from toren import _parsers
+
+    monkeypatch.setattr(_parsers, "MAX_SHEET_ROWS", 1_000)
+    workbook = openpyxl.Workbook(write_only=True)
+    for name in ("A", "B"):
+        sheet = workbook.create_sheet(name)
+        for i in range(600):
+            sheet.append([i])
+    out = io.BytesIO()
+    workbook.save(out)
+    with pytest.raises(AttachmentError) as err:
+        store.attach(out.getvalue(), name="rows.xlsx")
+    assert str(err.value) == (
+        "'rows.xlsx' has more than 1,000 rows (MAX_SHEET_ROWS, Excel's own limit for a sheet); "
+        "split the file or export the rows you need"
+    )

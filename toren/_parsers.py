@@ -26,6 +26,7 @@ from toren.errors import AttachmentError
 
 __all__ = [
     "MAX_INFLATED_BYTES",
+    "MAX_SHEET_ROWS",
     "MAX_TEXT_CHARS",
     "PAGE_CHARS",
     "detect_type",
@@ -44,6 +45,11 @@ MAX_INFLATED_BYTES = 128 * 1024 * 1024
 """Most bytes a .docx or .xlsx may inflate to, all its parts together, checked in the zip's
 directory before any part is read: its parsers hold a part whole (python-docx as an XML tree
 several times its size), so a 1.5 MB file inflating to 1.5 GB cost 2.4 GB of memory."""
+
+MAX_SHEET_ROWS = 1_048_576
+"""Most rows read from one .xlsx, all sheets together: Excel's own limit for one sheet. Reading
+is row by row, about 50,000 rows a second: ten million small rows fit in 2.9 MB and took
+minutes."""
 
 _PDF = "application/pdf"
 _DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -271,7 +277,7 @@ def _xlsx_text(data: bytes, label: str) -> str:
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
         sheets = []
-        used = 0
+        used = rows_read = 0
         for sheet in workbook.worksheets:
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
@@ -279,6 +285,12 @@ def _xlsx_text(data: bytes, label: str) -> str:
             # Row by row (read-only mode streams the sheet), stopping at the text limit: ten
             # million rows read whole took minutes and gigabytes before the limit was checked.
             for values in sheet.iter_rows(values_only=True):
+                rows_read += 1
+                if rows_read > MAX_SHEET_ROWS:
+                    raise AttachmentError(
+                        f"{label} has more than {MAX_SHEET_ROWS:,} rows (MAX_SHEET_ROWS, Excel's "
+                        "own limit for a sheet); split the file or export the rows you need"
+                    )
                 row = [_cell(v) for v in values]
                 while row and not row[-1]:
                     row.pop()
