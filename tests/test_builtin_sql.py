@@ -537,6 +537,9 @@ async def test_pg_huge_row_is_refused_by_the_server(pg: PgServer) -> None:
     message = await refused(url, "SELECT repeat('x', 50000000) AS big")
     assert message.startswith("PostgreSQL refused the query: a row of 50,000,")
     assert "over sql_query's 1,048,576-byte limit per row; select a part" in message
+    # A column named like the check's alias does not stand in for the row.
+    message = await refused(url, "SELECT repeat('x', 50000000) AS big, 1 AS toren_row")
+    assert "over sql_query's 1,048,576-byte limit per row" in message
     # A query that only makes sense wrapped (an unclosed parenthesis) is refused as written.
     message = await refused(url, "SELECT repeat('x', 50000000) AS big FROM (SELECT 1")
     assert "syntax error" in message and "toren_row" not in message

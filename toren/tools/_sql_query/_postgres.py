@@ -42,10 +42,12 @@ it (SELECT, VALUES, TABLE, WITH ... SELECT without data-modifying parts)."""
 
 _TOO_BIG = "toren: row over the limit, bytes: "
 """Marks the error the size check raises (as an integer cast of this text and the size)."""
+_ROW_BYTES = "octet_length(record_out(toren_row.*)::text)"
+"""A row's size as text (as it travels). `toren_row.*` in an argument is the whole row, even
+where the query has a column named `toren_row` (a bare `toren_row` would be that column)."""
 _CHECKED = (
     "SELECT toren_row.* FROM (\n{query}\n) AS toren_row WHERE CASE WHEN "
-    "octet_length(toren_row::text) > {limit} THEN ('" + _TOO_BIG + "' || "
-    "octet_length(toren_row::text))::int = 0 ELSE true END"
+    f"{_ROW_BYTES} > {{limit}} THEN ('{_TOO_BIG}' || {_ROW_BYTES})::int = 0 ELSE true END"
 )
 """The model's query with each row's size checked on the server, as PostgreSQL has no length
 limit to set: a row bigger than the limit fails the query there, before libpq (which reads a
