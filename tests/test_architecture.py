@@ -24,7 +24,9 @@ from toren.errors import TorenError
 
 ROOT = Path(__file__).resolve().parent.parent
 
-WORKFLOW_MAY_IMPORT = {"toren.errors", "toren._types", "toren._transcript", "toren._schema"}
+WORKFLOW_MAY_IMPORT = {
+    "toren.errors", "toren._types", "toren._transcript", "toren._schema", "toren._sdk_private"
+}  # fmt: skip
 """Beyond `toren.workflows` itself: the contract types and errors, the transcript digest, and
 the pure JSON Schema check the workflow runs on a model's arguments."""
 

@@ -408,3 +408,95 @@ async def test_default_store_is_the_worker_env(
     out = json.loads(await TOOL.invoke({"file_id": info.id}, ctx_without_env))
     assert out["text"] == "worker side"
     assert os.environ["TOREN_ATTACHMENTS"].endswith("worker-store")
+
+
+# -- hostile documents ----------------------------------------------------------------------
+
+
+def _rezip(data: bytes, part: str, write: Any) -> bytes:
+    """`data` (a zip) with `part` rewritten by `write(old_bytes, stream)`, deflated, streamed."""
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            old = src.read(info)
+            entry = zipfile.ZipInfo(info.filename, info.date_time)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            with dst.open(entry, "w", force_zip64=True) as stream:
+                if info.filename == part:
+                    write(old, stream)
+                else:
+                    stream.write(old)
+    return out.getvalue()
+
+
+def test_a_docx_that_inflates_past_the_limit_is_refused_unread(store: AttachmentStore) -> None:
+    """A valid .docx of a few hundred KB whose document.xml inflates to 200 MB (the attack:
+    1.5 MB to 1.5 GB, 2.4 GB of memory) is refused from the zip's directory alone."""
+
+    def pad(old: bytes, stream: Any) -> None:
+        head, tail = old.split(b"</w:body>")
+        stream.write(head)
+        for _ in range(200):
+            stream.write(b" " * (1 << 20))  # whitespace between elements: still valid XML
+        stream.write(b"</w:body>" + tail)
+
+    original = make_docx()
+    bomb = _rezip(original, "word/document.xml", pad)
+    assert len(bomb) < 2 << 20
+    with pytest.raises(AttachmentError) as err:
+        store.attach(bomb, name="bomb.docx")
+    message = str(err.value)
+    assert message.startswith("'bomb.docx' inflates to 210,")
+    assert "('word/document.xml' alone 209," in message
+    assert "over the 134,217,728-byte limit for a document's parts (MAX_INFLATED_BYTES)" in message
+    assert store.attach(original, name="fine.docx").pages == 1
+
+
+def test_an_xlsx_stops_at_the_text_limit_while_reading(
+    store: AttachmentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are read one at a time and reading ends at the text limit (the attack: ten million
+    rows, 2.9 MB, read whole for over 150 s and 1 GB before the limit was checked)."""
+    import openpyxl
+
+    from toren import _parsers
+
+    monkeypatch.setattr(_parsers, "MAX_TEXT_CHARS", 50_000)
+    workbook = openpyxl.Workbook(write_only=True)
+    sheet = workbook.create_sheet("Rows")
+    for i in range(5_000):
+        sheet.append([i, "x" * 100])
+    out = io.BytesIO()
+    workbook.save(out)
+    with pytest.raises(AttachmentError) as err:
+        store.attach(out.getvalue(), name="rows.xlsx")
+    assert str(err.value) == (
+        "'rows.xlsx' holds more than 50,000 characters of text, over the 50,000 limit "
+        "(MAX_TEXT_CHARS); split the file"
+    )
+
+
+def test_an_xlsx_stops_at_excels_row_limit(
+    store: AttachmentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows compress to nothing (ten million in 2.9 MB): reading stops past MAX_SHEET_ROWS."""
+    import openpyxl
+
+    from toren import _parsers
+
+    monkeypatch.setattr(_parsers, "MAX_SHEET_ROWS", 1_000)
+    workbook = openpyxl.Workbook(write_only=True)
+    for name in ("A", "B"):
+        sheet = workbook.create_sheet(name)
+        for i in range(600):
+            sheet.append([i])
+    out = io.BytesIO()
+    workbook.save(out)
+    with pytest.raises(AttachmentError) as err:
+        store.attach(out.getvalue(), name="rows.xlsx")
+    assert str(err.value) == (
+        "'rows.xlsx' has more than 1,000 rows (MAX_SHEET_ROWS, Excel's own limit for a sheet); "
+        "split the file or export the rows you need"
+    )

@@ -218,6 +218,24 @@ async def test_sqlite_256kb_cut(sqlite_db: Path) -> None:
     assert "first row alone is larger" in out["note"]
 
 
+async def test_sqlite_huge_value_is_refused_by_sqlite(sqlite_db: Path) -> None:
+    # The value is never built: SQLite's own length limit refuses it (50 MB here; the
+    # attack was 500 MB, which took the worker to 2.9 GB before the 256 KB cut).
+    message = await refused(sqlite_url(sqlite_db), "SELECT zeroblob(50000000) AS b")
+    assert message == (
+        "SQLite refused the query: a string or blob over sql_query's 1,048,576-byte limit per "
+        "value (SQLITE_LIMIT_LENGTH); select a part (substr(col, 1, 2000)) or a measure "
+        "(length(col)) instead of the whole value"
+    )
+    message = await refused(
+        sqlite_url(sqlite_db), "SELECT group_concat(a.body) FROM docs a, docs b"
+    )
+    assert "1,048,576-byte limit per value" in message
+    # Values below the limit still come back (cut to the result's budget as before).
+    out = await query(sqlite_url(sqlite_db), "SELECT length(zeroblob(1000000)) AS n")
+    assert out["rows"] == [{"n": 1000000}]
+
+
 async def test_sqlite_statement_timeout(sqlite_db: Path) -> None:
     endless = (
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
@@ -511,6 +529,22 @@ async def test_pg_256kb_cut(pg: PgServer) -> None:
     out = json.loads(text)
     assert 20 < out["rowCount"] < 60 and out["truncated"] is True
     assert out["note"] == f"cut to {out['rowCount']} rows to stay under 256 KB"
+
+
+async def test_pg_huge_row_is_refused_by_the_server(pg: PgServer) -> None:
+    # libpq reads a row whole: the server checks each row's size before sending it.
+    url = pg.url("agent")
+    message = await refused(url, "SELECT repeat('x', 50000000) AS big")
+    assert message.startswith("PostgreSQL refused the query: a row of 50,000,")
+    assert "over sql_query's 1,048,576-byte limit per row; select a part" in message
+    # A column named like the check's alias does not stand in for the row.
+    message = await refused(url, "SELECT repeat('x', 50000000) AS big, 1 AS toren_row")
+    assert "over sql_query's 1,048,576-byte limit per row" in message
+    # A query that only makes sense wrapped (an unclosed parenthesis) is refused as written.
+    message = await refused(url, "SELECT repeat('x', 50000000) AS big FROM (SELECT 1")
+    assert "syntax error" in message and "toren_row" not in message
+    out = await query(url, "SELECT length(repeat('x', 50000000)) AS n; -- one value")
+    assert out["rows"] == [{"n": 50000000}]
 
 
 async def test_pg_errors_carry_the_database_message(pg: PgServer) -> None:

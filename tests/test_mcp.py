@@ -440,3 +440,45 @@ tool = define_tool(description="A local tool with an MCP tool's name.", handler=
     text = str(failed.value)
     assert "mcp_servers.demo: MCP tool 'demo__add' has the name of" in text
     assert "demo__add.py" in text
+
+
+async def test_a_server_listing_two_tools_of_one_name_stops_the_worker(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    """The worker kept the last one listed, silently; now it refuses to start, and `toren
+    check` says why."""
+    twins = {"command": [sys.executable, str(DEMO.with_name("twins.py"))]}
+    first = make_agent(mcp_servers={"demo": twins})
+    with pytest.raises(ConfigError) as failed:
+        async with serve(client, [first]):
+            pass
+    assert (
+        "mcp_servers.demo: MCP server 'demo' lists 2 tools named 'add': a call could reach "
+        "either, so none is used; fix the server (each tool needs its own name)"
+    ) in str(failed.value)
+    # Allowed elsewhere: only the tools the agent uses count.
+    other = make_agent(name=f"{first.name}_b", mcp_servers={"demo": {**twins, "tools": ["fail"]}})
+    async with serve(client, [other]):
+        pass
+    out = subprocess.run(
+        [sys.executable, "-m", "toren.cli", "check", str(first)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "! MCP server 'demo' lists 2 tools named 'add'" in out.stdout, out.stdout + out.stderr
+
+
+async def test_a_worker_that_fails_to_start_stops_the_servers_it_started(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    """`run_worker` refused the agent (two tools of one name) after starting its MCP server:
+    the server process was left running; now everything opened is closed on the way out."""
+    from toren.worker import run_worker
+
+    starts = tmp_path / "starts"
+    twins = {"command": [sys.executable, str(DEMO.with_name("twins.py"))], "env": ["DEMO_STARTS"]}
+    folder = make_agent(env={"optional": {"DEMO_STARTS": str(starts)}}, mcp_servers={"demo": twins})
+    with pytest.raises(ConfigError, match="lists 2 tools named 'add'"):
+        await run_worker([folder], client=client)
+    [pid] = [int(line) for line in starts.read_text().split()]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -57,10 +57,11 @@ async def _run_beside_another(
     agent_name: str,
     command: str,
     timeout_s: int = 25,
+    limits: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Run `command` through bash with LIMITS while a second agent's run completes."""
     hog = make_agent(
-        sandbox={"approval": "never", "limits": LIMITS},
+        sandbox={"approval": "never", "limits": {**LIMITS, **(limits or {})}},
         script=[
             {"tool_calls": [{"id": "b", "name": "bash", "args": {"command": command, "timeout_seconds": timeout_s}}]},
             "done",
@@ -135,3 +136,68 @@ async def test_busy_loop_hits_the_cpu_limit(
         result["error"] == "bash: the command exceeded the sandbox's CPU time limit (cpuSeconds: 3)"
     )
     assert result["exit_code"] == 152  # SIGXCPU, long before the 25 s timeout
+
+
+# Touches a page at a time, the way the attack in issue 30 did, and says when it got through.
+_TOUCH = "for i in range(0, 400 << 20, 4096): m[i] = 1\nprint('touched 400 MB')"
+
+
+async def test_shared_anonymous_mapping_hits_the_memory_limit(
+    client: Client, make_agent: Callable[..., Path], agent_name: str, workspaces: Path
+) -> None:
+    # RLIMIT_DATA counts private mappings only: a shared one used to run to the end.
+    script = f"import mmap\nm = mmap.mmap(-1, 400 << 20)\n{_TOUCH}"
+    result = await _run_beside_another(
+        client, make_agent, agent_name, f'python3 -c "{script}"', limits={"memoryMB": 64}
+    )
+    assert result["error"] == "bash: the command exceeded the sandbox's memory limit (memoryMB: 64)"
+    assert "touched" not in result["stdout"]
+
+
+async def test_mapped_file_in_dev_shm_hits_the_memory_limit(
+    client: Client, make_agent: Callable[..., Path], agent_name: str, workspaces: Path
+) -> None:
+    script = (
+        "import mmap, os\nfd = os.open('/dev/shm/big', os.O_RDWR | os.O_CREAT)\n"
+        f"os.ftruncate(fd, 400 << 20)\nm = mmap.mmap(fd, 400 << 20)\n{_TOUCH}"
+    )
+    # A file size limit above the file's: only memory may stop it.
+    limits = {"memoryMB": 64, "fileSizeMB": 512}
+    result = await _run_beside_another(
+        client, make_agent, agent_name, f'python3 -c "{script}"', limits=limits
+    )
+    assert result["error"] == "bash: the command exceeded the sandbox's memory limit (memoryMB: 64)"
+    assert "touched" not in result["stdout"]
+
+
+async def test_a_sparse_file_counts_whole_and_never_reaches_the_store(
+    client: Client,
+    make_agent: Callable[..., Path],
+    workspaces: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = tmp_path / "store"
+    monkeypatch.setenv("TOREN_STORE", str(store))
+    folder = make_agent(
+        sandbox={"approval": "never", "limits": {"workspaceMB": 10}},
+        script=[
+            {"tool_calls": [{"id": "k", "name": "write_file", "args": {"path": "keep.txt", "content": "kept\n"}}]},
+            {"tool_calls": [{"id": "b", "name": "bash", "args": {"command": "truncate -s 200M sparse.bin; du -k sparse.bin"}}]},
+            {"tool_calls": [{"id": "l", "name": "bash", "args": {"command": "ls"}}]},
+            "done",
+        ],
+    )  # fmt: skip
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        await handle.result()
+    events = render(await fetch_history(client, handle.id))
+    done = {e["callId"]: e for e in events if e["type"] == "ToolCallCompleted"}
+    assert "(workspaceMB: 10)" in done["b"]["result"]
+    assert "over the sandbox's workspace size limit (workspaceMB: 10)" in done["b"]["result"]
+    assert "were not stored and were rolled back" in done["b"]["result"]
+    # The next call starts from the version before: the sparse file is gone, the rest is kept.
+    listing = json.loads(done["l"]["result"])["stdout"].split()
+    assert listing == ["keep.txt"]
+    stored = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+    assert stored < 10 << 20, f"the store holds {stored:,} bytes for a 10 MB workspace"

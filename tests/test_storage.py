@@ -32,6 +32,8 @@ BIG = "".join(f"{i:08d}" for i in range(BIG_CHARS // 8))
 """5 MiB of distinct text (a repeated pattern could hide a cut or a shuffled chunk)."""
 BIG_SHA = hashlib.sha256(BIG.encode()).hexdigest()
 HISTORY_LIMIT = 200_000
+SHOWN_WHOLE = {"maxResultBytesShown": 8 << 20}
+"""An agent that declares it shows its model results this big (the default is 256 KiB)."""
 
 TOOL = """
 from toren import define_tool
@@ -152,13 +154,37 @@ async def test_big_result_through_the_file_store(
     client = await Client.connect(
         dev_server.address, data_converter=storage.data_converter(f"file://{store}")
     )
-    folder = make_agent(tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS[kind])})
+    folder = make_agent(
+        tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS[kind])}, limits=SHOWN_WHOLE
+    )
     text, model, size, transcript = await big_round_trip(client, folder)
     assert text == f"{BIG_CHARS} {BIG_SHA} error=False"
     assert model.seen == [BIG]
     assert transcript[2]["content"] == BIG
     assert size < HISTORY_LIMIT, f"history is {size} bytes"
     assert sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) > BIG_CHARS
+
+
+async def test_the_model_is_shown_a_stored_result_cut_to_the_declared_limit(
+    dev_server: DevServer, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    """A store keeps a 5 MiB result whole, but every later prompt would carry it too (an MCP
+    result of 32 MiB was 8.4 M input tokens a call): the model sees `maxResultBytesShown`."""
+    client = await Client.connect(
+        dev_server.address, data_converter=storage.data_converter(str(tmp_path / "payloads"))
+    )
+    tool = TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS["activity"])
+    for limits, shown in (({}, 256 * 1024), ({"maxResultBytesShown": 10_000}, 10_000)):
+        folder = make_agent(tools={"big": tool}, limits=limits)
+        _, model, _, transcript = await big_round_trip(client, folder)
+        [seen] = model.seen
+        assert len(seen.encode()) <= shown
+        assert seen.startswith(BIG[:1000]) and seen.endswith(BIG[-1000:])
+        assert (
+            f"[toren: this result is {BIG_CHARS:,} bytes; the model is shown its first and last"
+        ) in seen
+        assert f"(limits.maxResultBytesShown: {shown})" in seen
+        assert transcript[2]["content"] == BIG  # the record keeps it whole
 
 
 async def test_store_keeps_whole_results_without_help(
@@ -168,7 +194,8 @@ async def test_store_keeps_whole_results_without_help(
         dev_server.address, data_converter=storage.data_converter(str(tmp_path / "payloads"))
     )
     folder = make_agent(
-        tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS["activity"])}
+        tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS["activity"])},
+        limits=SHOWN_WHOLE,
     )
     text, model, _, _ = await big_round_trip(client, folder)
     assert model.seen == [BIG], text
@@ -195,7 +222,8 @@ async def test_big_result_through_s3(
     converter = storage.data_converter("s3://toren-payloads/runs")
     client = await Client.connect(dev_server.address, data_converter=converter)
     folder = make_agent(
-        tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS["activity"])}
+        tools={"big": TOOL.format(n=BIG_CHARS // 8, contract=CONTRACTS["activity"])},
+        limits=SHOWN_WHOLE,
     )
     try:
         text, model, size, transcript = await big_round_trip(client, folder)

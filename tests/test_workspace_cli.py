@@ -126,3 +126,53 @@ async def test_a_running_run_is_never_pruned(
         assert "versions of 0 run(s)" in out.stdout
         assert [p for p in (store / "versions").rglob("*.json") if p.name != "run.json"]
         await handle.terminate("test over")
+
+
+@pytest.mark.parametrize(
+    ("planted", "why"),
+    [
+        ("../escaped.txt", "'../escaped.txt' is not a plain relative path"),
+        ("{abs}", "is not a plain relative path"),
+        ("sub/../../escaped.txt", "is not a plain relative path"),
+        ("link/escaped.txt", "'link/escaped.txt' passes through symlink 'link'"),
+    ],
+)
+def test_a_planted_manifest_never_writes_outside_the_folder(
+    tmp_path: Path, planted: str, why: str
+) -> None:
+    """A hash-valid manifest someone wrote into the store, naming paths outside the workspace,
+    is refused by `toren workspace --version` and by a worker's restore alike; nothing lands."""
+    import hashlib
+    import json
+
+    from toren._store import open_store
+    from toren._workspace import Workspaces
+    from toren.errors import StoreError
+
+    store_dir, outside = tmp_path / "store", tmp_path / "outside"
+    outside.mkdir()
+    planted = planted.replace("{abs}", str(outside / "escaped.txt"))
+    store = open_store(str(store_dir))
+    data = b"planted\n"
+    digest = hashlib.sha256(data).hexdigest()
+    store.sub("blobs").put_bytes(f"sha256/{digest[:2]}/{digest}", data)
+    doc = {"v": 1, "files": {planted: [digest, len(data), False]}, "dirs": [], "links": {}}
+    if planted.startswith("link/"):
+        doc["links"] = {"link": str(outside)}
+    manifest = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    version = hashlib.sha256(manifest).hexdigest()
+    store.sub("versions").put_bytes(f"run-x/{version}.json", manifest)
+
+    dest = tmp_path / "dl" / "inner"
+    env = {"TOREN_STORE": str(store_dir)}
+    out = toren("workspace", "run-x", str(dest), "--version", version, env=env)
+    assert out.returncode != 0
+    assert f"workspace version {version} is refused: path" in out.stderr, out.stderr
+    assert why in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not list(outside.iterdir()) and not (tmp_path / "dl" / "escaped.txt").exists()
+
+    spaces = Workspaces(tmp_path / "cache", store)
+    with pytest.raises(StoreError, match="is refused"):
+        asyncio.run(spaces.prepare("run-x", version))
+    assert not list(outside.iterdir()) and not (tmp_path / "cache" / "escaped.txt").exists()

@@ -114,6 +114,11 @@ class Limits(_Strict):
     """Continue as new past this many history events (always when Temporal suggests it)."""
     continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)
     """Continue as new past this much history, in MB (always when Temporal suggests it)."""
+    max_result_bytes_shown: int = Field(
+        256 * 1024, alias="maxResultBytesShown", ge=1024, le=32 * 1024 * 1024
+    )
+    """Longest tool result (UTF-8 bytes) the model is shown in each prompt: a longer one is
+    cut to its head and tail with a note. History (or the store) keeps the result whole."""
 
 
 class ModelSettings(_Strict):

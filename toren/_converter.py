@@ -29,11 +29,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import (
-    PydanticJSONPlainPayloadConverter,
-    PydanticPayloadConverter,
-)
 from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPlainPayloadConverter
+
+from toren._sdk_private import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 
 __all__ = [
     "SHARED_MODULES",

@@ -39,6 +39,7 @@ from temporalio.converter import DataConverter, PayloadConverter
 from temporalio.converter import default as default_converter
 
 from toren._attempts import attempts_before, failure_record
+from toren._sdk_private import transform_inbound_payload
 from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
@@ -95,7 +96,7 @@ async def read_through(events: Iterable[HistoryEvent], converter: DataConverter)
             try:
                 # The SDK's own inbound step (reference → store → codec); it has no public
                 # per-payload form that keeps the payload (`decode` returns values).
-                payload.CopyFrom(await converter._transform_inbound_payload(payload))
+                payload.CopyFrom(await transform_inbound_payload(converter, payload))
             except Exception:  # unreadable here (no store, a missing key): render says so
                 continue
 

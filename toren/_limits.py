@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["MAX_CHANGES_BYTES", "MAX_RESULT_BYTES", "cut_message", "cut_text"]
+__all__ = ["MAX_CHANGES_BYTES", "MAX_RESULT_BYTES", "cut_message", "cut_text", "shown_to_model"]
 
 MAX_RESULT_BYTES = int(os.environ.get("TOREN_MAX_RESULT_BYTES", 256 * 1024))
 """Largest tool result or model message text kept whole (UTF-8 bytes); default 256 KB."""
@@ -37,6 +37,32 @@ def cut_text(text: str, limit: int = MAX_RESULT_BYTES, what: str = "result") -> 
         "stay under Temporal's payload limit. Return large data as an Attachment instead.]\n\n"
     )
     return head + note + tail
+
+
+def shown_to_model(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """`messages` as a prompt shows them: each tool result over `limit` bytes cut with a note.
+
+    With a store a result may be kept whole up to 32 MiB; sent whole, it would go into every
+    later prompt (8.4 M input tokens a call were seen). `limits.maxResultBytesShown` is the
+    declared cap; the transcript and history are untouched.
+    """
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "tool" and isinstance(content, str):
+            size = len(content.encode())
+            if size > limit:
+                keep = max(limit - 400, 0) // 2
+                head = content.encode()[:keep].decode(errors="ignore")
+                tail = content.encode()[-keep:].decode(errors="ignore") if keep else ""
+                note = (
+                    f"\n\n[toren: this result is {size:,} bytes; the model is shown its first "
+                    f"and last {keep:,} bytes (limits.maxResultBytesShown: {limit}). The whole "
+                    "result is kept in the run's history.]\n\n"
+                )
+                message = {**message, "content": head + note + tail}
+        out.append(message)
+    return out
 
 
 def cut_message(message: dict[str, Any], limit: int = MAX_RESULT_BYTES) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "McpCall",
     "call_result",
     "check_server",
+    "duplicate_names",
     "describe_server",
     "headers_of",
     "mcp_tools",
@@ -166,9 +167,13 @@ def mcp_tools(
         for wanted in allowed or ()
         if wanted not in by_name
     ]
+    twins = duplicate_names(name, listed, allowed)
+    skipped += twins.values()
     tools = []
     for listed_tool in listed:
         if allowed is not None and listed_tool.name not in allowed:
+            continue
+        if listed_tool.name in twins:
             continue
         full = f"{name}{SEPARATOR}{listed_tool.name}"
         schema = dict(listed_tool.input_schema or {"type": "object", "properties": {}})
@@ -204,6 +209,25 @@ def mcp_tools(
             )
         )
     return tools, skipped
+
+
+def duplicate_names(
+    name: str, listed: Sequence[McpTool], allowed: Collection[str] | None = None
+) -> dict[str, str]:
+    """Tool names server `name` lists more than once (of the `allowed` ones) → the problem.
+
+    A worker (and `toren check`) refuses them: a call could reach either tool, and the last
+    one listed used to win silently.
+    """
+    names = [t.name for t in listed]
+    return {
+        tool: (
+            f"MCP server {name!r} lists {names.count(tool)} tools named {tool!r}: a call could "
+            "reach either, so none is used; fix the server (each tool needs its own name)"
+        )
+        for tool in dict.fromkeys(names)
+        if names.count(tool) > 1 and (allowed is None or tool in allowed)
+    }
 
 
 def _handler(call: McpCall, server: str, tool: str) -> Callable[..., Awaitable[ToolResult]]:

@@ -25,6 +25,8 @@ from typing import Any
 from toren.errors import AttachmentError
 
 __all__ = [
+    "MAX_INFLATED_BYTES",
+    "MAX_SHEET_ROWS",
     "MAX_TEXT_CHARS",
     "PAGE_CHARS",
     "detect_type",
@@ -38,6 +40,16 @@ PAGE_CHARS = 4_000
 
 MAX_TEXT_CHARS = 20_000_000
 """Most extracted text kept from one file (5,000 pages): a 15 MB zip can expand a lot."""
+
+MAX_INFLATED_BYTES = 128 * 1024 * 1024
+"""Most bytes a .docx or .xlsx may inflate to, all its parts together, checked in the zip's
+directory before any part is read: its parsers hold a part whole (python-docx as an XML tree
+several times its size), so a 1.5 MB file inflating to 1.5 GB cost 2.4 GB of memory."""
+
+MAX_SHEET_ROWS = 1_048_576
+"""Most rows read from one .xlsx, all sheets together: Excel's own limit for one sheet. Reading
+is row by row, about 50,000 rows a second: ten million small rows fit in 2.9 MB and took
+minutes."""
 
 _PDF = "application/pdf"
 _DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -133,13 +145,15 @@ def extract_text(data: bytes, name: str, mime: str) -> str:
         AttachmentError: the parser failed, is not installed, or the text is too long.
     """
     label = repr(name) if name else "the attachment"
+    if mime in (_DOCX, _XLSX):
+        _check_inflated(data, label)
     try:
         if mime == _PDF:
             text = _pdf_text(data, label)
         elif mime == _DOCX:
             text = _docx_text(data)
         elif mime == _XLSX:
-            text = _xlsx_text(data)
+            text = _xlsx_text(data, label)
         else:
             text = _plain_text(data)
     except AttachmentError:
@@ -160,6 +174,34 @@ def extract_text(data: bytes, name: str, mime: str) -> str:
             "limit; split the file"
         )
     return text
+
+
+def _check_inflated(data: bytes, label: str) -> None:
+    """Refuse a zip whose parts inflate past `MAX_INFLATED_BYTES`, reading only its directory.
+
+    The sizes a zip declares bound what `zipfile` inflates (it stops at the declared size and
+    fails the CRC), so a part cannot lie its way past this check.
+    """
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except zipfile.BadZipFile:
+        return  # the parser names the damage
+    inflated = sum(info.file_size for info in infos)
+    if inflated > MAX_INFLATED_BYTES:
+        largest = max(infos, key=lambda info: info.file_size)
+        raise AttachmentError(
+            f"{label} inflates to {inflated:,} bytes ({largest.filename!r} alone "
+            f"{largest.file_size:,}) from {len(data):,}, over the {MAX_INFLATED_BYTES:,}-byte "
+            "limit for a document's parts (MAX_INFLATED_BYTES); split the file or attach its "
+            "text"
+        )
+
+
+def _too_long(label: str, chars: int) -> AttachmentError:
+    return AttachmentError(
+        f"{label} holds more than {chars:,} characters of text, over the {MAX_TEXT_CHARS:,} "
+        "limit (MAX_TEXT_CHARS); split the file"
+    )
 
 
 def _plain_text(data: bytes) -> str:
@@ -229,22 +271,38 @@ def _table_text(table: Any) -> str:
     return "\n".join(rows)
 
 
-def _xlsx_text(data: bytes) -> str:
+def _xlsx_text(data: bytes, label: str) -> str:
     # openpyxl ships no type information; imported by name so strict typing stays quiet.
     openpyxl = importlib.import_module("openpyxl")
     workbook = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
         sheets = []
+        used = rows_read = 0
         for sheet in workbook.worksheets:
             out = io.StringIO()
             writer = csv.writer(out, lineterminator="\n")
-            rows = [[_cell(v) for v in row] for row in sheet.iter_rows(values_only=True)]
-            while rows and not any(rows[-1]):
-                rows.pop()  # read-only mode reports the sheet's formatted extent
-            for row in rows:
+            blank = 0  # empty rows seen since the last row with a value, written only before one
+            # Row by row (read-only mode streams the sheet), stopping at the text limit: ten
+            # million rows read whole took minutes and gigabytes before the limit was checked.
+            for values in sheet.iter_rows(values_only=True):
+                rows_read += 1
+                if rows_read > MAX_SHEET_ROWS:
+                    raise AttachmentError(
+                        f"{label} has more than {MAX_SHEET_ROWS:,} rows (MAX_SHEET_ROWS, Excel's "
+                        "own limit for a sheet); split the file or export the rows you need"
+                    )
+                row = [_cell(v) for v in values]
                 while row and not row[-1]:
                     row.pop()
+                if not row:
+                    blank += 1  # read-only mode reports the sheet's formatted extent
+                    continue
+                out.write("\n" * blank)
+                blank = 0
                 writer.writerow(row)
+                if used + out.tell() > MAX_TEXT_CHARS:
+                    raise _too_long(label, MAX_TEXT_CHARS)
+            used += out.tell()
             sheets.append(f"# Sheet: {sheet.title}\n{out.getvalue()}".rstrip("\n"))
         return "\n\n".join(sheets)
     finally:

@@ -19,9 +19,9 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkerConfig, WorkflowInstance, WorkflowRunner
 from temporalio.worker import WorkflowInstanceDetails as Details
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-from temporalio.worker.workflow_sandbox import _runner as sandbox_runner
 
 from toren import _storage as storage
+from toren._sdk_private import sandbox_runner
 from toren.activities._loaded import LoadedAgent
 from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError

@@ -49,10 +49,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toren._store import Store, StoreError, StoreMissing, open_store
+from toren.errors import SandboxError
 from toren.tools._sandbox._files import workspace_dir, workspace_name, workspace_root
 
 __all__ = [
     "Manifest",
+    "WorkspaceTooLarge",
     "Workspaces",
     "download",
     "latest_version",
@@ -79,6 +81,10 @@ _HEAD = re.compile(rb'\{"version":"([0-9a-f]{64})","walked_ns":[0-9]+,"stats":')
 """The start of a host's state file: the version its copy matches, readable without the rest."""
 _VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
 _Stat = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+
+
+class WorkspaceTooLarge(SandboxError):
+    """A call left the workspace over its `workspaceMB`: nothing was stored, its copy went back."""
 
 
 @dataclass
@@ -114,7 +120,40 @@ class Manifest:
         if doc.get("v") != VERSION:
             raise StoreError(f"workspace version {expected_id} has format {doc.get('v')!r}")
         files = {p: (str(d), int(s), bool(x)) for p, (d, s, x) in doc["files"].items()}
-        return cls(files=files, dirs=list(doc["dirs"]), links=dict(doc["links"]))
+        manifest = cls(files=files, dirs=list(doc["dirs"]), links=dict(doc["links"]))
+        problems = manifest.path_problems()
+        if problems:
+            # Hash-valid is not enough: whoever can write the store can plant a manifest and
+            # name its id, and a restore writes wherever its paths point.
+            raise StoreError(
+                f"workspace version {expected_id} is refused: {'; '.join(problems[:5])}"
+                + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+            )
+        return manifest
+
+    def path_problems(self) -> list[str]:
+        """Why a path it names could land outside the workspace (empty when none could).
+
+        Every path must be relative, normalized (no `.`, `..` or empty part, no NUL) and must
+        not pass through a symlink the version itself makes.
+        """
+        problems = []
+        every = [*self.files, *self.dirs, *self.links]
+        for relative in every:
+            if not isinstance(relative, str) or not _safe_path(relative):
+                problems.append(f"path {relative!r} is not a plain relative path")
+        for relative, (digest, _, _) in self.files.items():
+            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+                problems.append(f"file {relative!r} names {digest!r}, not a sha256 digest")
+        links = set(self.links)
+        for relative in every:
+            if isinstance(relative, str) and links:
+                parts = relative.split("/")
+                through = ["/".join(parts[:i]) for i in range(1, len(parts))]
+                hit = next((p for p in through if p in links), None)
+                if hit is not None:
+                    problems.append(f"path {relative!r} passes through symlink {hit!r}")
+        return problems
 
     def bytes(self) -> int:
         """The size of every file it names."""
@@ -176,13 +215,19 @@ class Workspaces:
         """
         return await asyncio.to_thread(self._locked, run_id, self._prepare, run_id, wanted)
 
-    async def commit(self, run_id: str, base: str | None) -> str:
+    async def commit(self, run_id: str, base: str | None, limit_bytes: int | None = None) -> str:
         """Store the run's directory as a version (the same id when nothing changed).
+
+        A directory whose files add up to more than `limit_bytes` (apparent sizes: a sparse
+        file counts whole, as it would be stored) is not stored: the copy goes back to `base`.
 
         Raises:
             StoreError: the store failed; no manifest was written, the copy stays unchecked.
+            WorkspaceTooLarge: over `limit_bytes`; the copy is version `base` again.
         """
-        return await asyncio.to_thread(self._locked, run_id, self._commit, run_id, base)
+        return await asyncio.to_thread(
+            self._locked, run_id, self._commit, run_id, base, limit_bytes
+        )
 
     async def release(self, run_id: str) -> None:
         """End a call that only read the workspace: its copy is still the version prepared."""
@@ -215,12 +260,25 @@ class Workspaces:
         self._save(run_id, _Local(wanted, stats, walked))
         return path
 
-    def _commit(self, run_id: str, base: str | None) -> str:
+    def _commit(self, run_id: str, base: str | None, limit_bytes: int | None = None) -> str:
         path = self.path(run_id)
         local = self._load(run_id) or _Local()
         self.last = Stats()
         walked = time.time_ns()
         manifest, stats = self._walk(path, local)
+        if limit_bytes is not None and manifest.bytes() > limit_bytes:
+            # Never in the store past the limit, whatever the watch during the call saw: roll
+            # the copy back to the version the call started from (history still names it).
+            target = Manifest() if base is None else self.manifest(run_id, base)
+            back, when = self._restore(path, target, _Local(local.version, stats, walked))
+            self._save(run_id, _Local(base, back, when))
+            self._busy(run_id).unlink(missing_ok=True)
+            raise WorkspaceTooLarge(
+                f"the workspace grew to {manifest.bytes():,} bytes (apparent size: sparse files "
+                f"count whole), over the sandbox's workspace size limit (workspaceMB: "
+                f"{limit_bytes >> 20}); this call's changes were not stored and were rolled "
+                "back; write less, or raise sandbox.limits.workspaceMB in agent.yaml"
+            )
         version = manifest.id()
         if version != base:
             known = {entry[4] for entry in local.stats.values()} if local.version == base else set()
@@ -408,6 +466,13 @@ def _in_parallel(fn: Callable[[_T], int], items: Sequence[_T]) -> list[int]:
     with ThreadPoolExecutor(min(TRANSFERS, len(items)), thread_name_prefix="toren-ws") as pool:
         futures = [pool.submit(fn, item) for item in items]
     return [f.result() for f in futures]
+
+
+def _safe_path(relative: str) -> bool:
+    """Whether `relative` is a normalized path below the workspace (`a/b`, not `../a`, `/a`)."""
+    if not relative or "\0" in relative or relative.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in relative.split("/"))
 
 
 def _blob_key(digest: str) -> str:

@@ -75,7 +75,12 @@ async def _attach_mcp(runtime: AgentRuntime) -> Callable[[], Awaitable[None]]:
     Returns what stops the pool's servers at shutdown.
     """
     pool = McpPool()
-    await pool.attach(runtime.agents.values())
+    try:
+        await pool.attach(runtime.agents.values())
+    except BaseException:
+        # Refused (two tools of one name, say) after some servers started: stop them.
+        await pool.close()
+        raise
     runtime.mcp = pool
     return pool.close
 
@@ -168,37 +173,48 @@ async def run_worker(
     await check_stores()
     retention_days()  # a bad value fails the worker now, not an hour from now
     client = client or await (connect or default_connect)()
-    await _check_search_attributes(client, runtime)
-    close_mcp = await _attach_mcp(runtime)
-    workers = build_workers(client, runtime)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    for name, loaded in runtime.agents.items():
-        log.info(
-            "serving agent %r on task queue %r with model %s and tools: %s",
-            name,
-            loaded.agent.task_queue,
-            loaded.model,
-            ", ".join(loaded.agent.tools) or "none",
-        )
-    tasks = [asyncio.create_task(w.run()) for w in workers]
-    days = retention_days()
-    pruning = asyncio.create_task(run_retention(client, days)) if days else None
-    if ready:
-        ready.set()
-    stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-    for task in done:
-        if task is not stopper and task.exception():
-            raise task.exception()  # type: ignore[misc]
-    if pruning:
-        pruning.cancel()
+    # Whatever happens from here on (a refused MCP server, a worker that fails), what was
+    # opened is closed, in reverse: the workers, the MCP sessions, telemetry, the store's S3
+    # sessions.
+    async with contextlib.AsyncExitStack() as opened:
+        opened.push_async_callback(close_storage, client.data_converter)
+        opened.callback(runtime.telemetry.flush)
+        await _check_search_attributes(client, runtime)
+        opened.push_async_callback(await _attach_mcp(runtime))
+        workers = build_workers(client, runtime)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+                opened.callback(loop.remove_signal_handler, sig)
+        for name, loaded in runtime.agents.items():
+            log.info(
+                "serving agent %r on task queue %r with model %s and tools: %s",
+                name,
+                loaded.agent.task_queue,
+                loaded.model,
+                ", ".join(loaded.agent.tools) or "none",
+            )
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        opened.push_async_callback(_shut_down, workers, tasks)
+        days = retention_days()
+        pruning = asyncio.create_task(run_retention(client, days)) if days else None
+        if pruning:
+            opened.callback(pruning.cancel)
+        if ready:
+            ready.set()
+        stopper = asyncio.create_task(stop.wait())
+        opened.callback(stopper.cancel)
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and task.exception():
+                raise task.exception()  # type: ignore[misc]
+
+
+async def _shut_down(workers: Sequence[Worker], tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Let in-flight calls finish (`GRACEFUL_SHUTDOWN`), then wait for every worker's end."""
     log.info("shutting down: in-flight calls get %s to finish", GRACEFUL_SHUTDOWN)
-    await asyncio.gather(*(w.shutdown() for w in workers))
-    runtime.telemetry.flush()
-    await close_mcp()
-    await close_storage(client.data_converter)
-    stopper.cancel()
+    running = [w for w, t in zip(workers, tasks, strict=True) if not t.done()]
+    await asyncio.gather(*(w.shutdown() for w in running), return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -34,6 +34,7 @@ from toren._mcp import (
     LIST_TIMEOUT_S,
     SEPARATOR,
     call_result,
+    duplicate_names,
     mcp_tools,
     open_session,
     reason,
@@ -191,6 +192,9 @@ class McpPool:
                 "agent %s: MCP server %r answers now; its tools join new runs", agent.name, server
             )
         source = f"{agent.folder / 'agent.yaml'}: mcp_servers.{server}"
+        # At start this stops the worker (`attach`); later, the tools stay out.
+        twins = duplicate_names(server, listed.tools, config.allowed())
+        self.collisions += [f"{source}: {problem}" for problem in twins.values()]
         tools, skipped = mcp_tools(server, config, listed.tools, self.caller(agent.name), source)
         for tool in tools:
             assert tool.name

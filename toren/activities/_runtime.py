@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from toren._agent import Agent, load_agent, process_specs
 from toren._attempts import carried, usage_of, with_failure, with_usage
-from toren._limits import cut_message
+from toren._limits import cut_message, shown_to_model
 from toren._live import ActivityStream, current_stream
 from toren._prices import prices_for
 from toren._redact import MIN_SECRET_CHARS, Redactor
@@ -267,7 +267,8 @@ class AgentRuntime:
         request = ModelRequest(
             model=model_name,
             system=loaded.agent.instructions,
-            messages=messages,
+            # What the model is shown: no tool result past the agent's declared limit.
+            messages=shown_to_model(messages, loaded.agent.config.limits.max_result_bytes_shown),
             tools=[_declaration(t) for t in loaded.agent.tools.values()],
             max_tokens=loaded.agent.config.max_tokens,
             settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),

@@ -22,6 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren._code_run import CodeRun
+from toren._config import SandboxConfig
 from toren._context import ExecutionState, ToolContext, ToolResult
 from toren._limits import MAX_CHANGES_BYTES, cut_text
 from toren._redact import Redactor
@@ -33,7 +34,7 @@ from toren._thread_env import env_types, seal_env, thread_env_values
 from toren._tool import Tool
 from toren._transcript import assemble
 from toren._types import DEFAULT_TOOL_TIMEOUT_MS, ToolCallInput, ToolCallResult
-from toren._workspace import Workspaces
+from toren._workspace import Workspaces, WorkspaceTooLarge
 from toren.activities._loaded import LoadedAgent
 from toren.tools._sandbox import code_jail, run_code
 
@@ -111,6 +112,8 @@ class RunHooks:
         """The workspace version the call starts from (what history recorded last)."""
         self.prepared: Workspaces | None = None
         """Set once the call used the workspace: it is then stored when the call returns."""
+        self.workspace_error: str | None = None
+        """Why the call's workspace was not stored (over `workspaceMB`), for the model."""
 
     async def workspace(self, ctx: ToolContext) -> Path:
         """The run's workspace, made to match `version` on first use in this call."""
@@ -131,7 +134,13 @@ class RunHooks:
             if not writes:
                 await self.prepared.release(run_id)
                 return None
-            return await self.prepared.commit(run_id, self.version)
+            # The sandbox's limits hold for every workspace writer (as for `ctx.run_code`).
+            options = self.loaded.agent.config.sandbox or SandboxConfig()
+            limit = options.limits.workspace_mb << 20
+            return await self.prepared.commit(run_id, self.version, limit)
+        except WorkspaceTooLarge as err:
+            self.workspace_error = str(err)
+            return self.version
         except StoreError as err:
             raise store_failure(err, "storing the workspace failed") from None
 
@@ -283,6 +292,10 @@ async def _run_tool_call(
 
     result = await _call(tool, input.args, ctx, redact)
     version = await hooks.finish_workspace(ctx.run_id, writes=tool.effects != "none")
+    if hooks.workspace_error:
+        result = ToolResult(
+            status="error", error=f"{result.text}\n[toren] {tool.name}: {hooks.workspace_error}"
+        )
     try:
         ctx.context_changes()
     except (TypeError, ValueError) as err:

@@ -14,7 +14,8 @@ from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.workflow_streams import WorkflowStream
+
+from toren._sdk_private import WorkflowStream, stream_log
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import (
@@ -130,8 +131,7 @@ class LiveStream(WorkflowStream):
     def _items(self) -> list[WorkflowStreamItem[Any]]:
         # The SDK's private log. Should a later SDK keep it elsewhere, its items merely stay
         # `Payload`s (tests/test_plugin.py checks they are kept as bytes).
-        log = getattr(self, "_log", None)
-        return log if isinstance(log, list) else []
+        return stream_log(self) or []
 
 
 def _publish_problem(payload: Any) -> str | None:

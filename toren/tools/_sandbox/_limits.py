@@ -16,6 +16,12 @@ Which mechanism holds each limit (`describe` says it for `toren check`):
   are per process: N processes may each use the memory limit. cgroup v2 would bound the call as
   a whole, but needs a delegated cgroup with the memory and pids controllers, which a worker
   in a container rarely has; it is not implemented (`describe` says so).
+- shared memory: `RLIMIT_DATA` counts only private mappings, so a shared anonymous mapping
+  (`mmap.mmap(-1, n)`) or a mapped file in `/dev/shm` or `/tmp` escaped it. The watch reads
+  every process of the call every 50 ms and kills the call once one holds more than
+  `memoryMB` resident in anonymous and shared memory together (`RssAnon + RssShmem`), so such
+  a process may overshoot by what it touches in 50 ms. `/tmp` and `/dev/shm` are tmpfs of
+  `memoryMB` each: a mapped file there past that gets SIGBUS, named as the memory limit too.
 - processes: `RLIMIT_NPROC`, counted per user per user namespace, so per call in bwrap. The
   kernel never applies it to processes of the host's root, even in a user namespace: a worker
   running as root gets a poll of the sandbox's pid namespace every 50 ms instead, which kills
@@ -46,6 +52,7 @@ CPU_GRACE_S = 5
 """The hard CPU limit is this much above the soft one: SIGXCPU first (reported as such),
 SIGKILL if the process ignores it."""
 _PROCESS_POLL_S = 0.05
+_MEMORY_FIELDS = (b"RssAnon:", b"RssShmem:")
 _WORKSPACE_POLL_S = 1.0
 
 # How each limit shows in a shell's stderr or exit status (128 + signal number).
@@ -63,11 +70,16 @@ _SIGNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "memoryMB",
         re.compile(
             r"MemoryError|Cannot allocate memory|memory exhausted|xmalloc: cannot allocate|"
-            r"std::bad_alloc|out of memory"
+            r"std::bad_alloc|out of memory|(/tmp|/dev/shm)\S*: No space left on device"
         ),
     ),
 )
-_EXIT_CODES = {128 + signal.SIGXCPU: "cpuSeconds", 128 + signal.SIGXFSZ: "fileSizeMB"}
+_EXIT_CODES = {
+    128 + signal.SIGXCPU: "cpuSeconds",
+    128 + signal.SIGXFSZ: "fileSizeMB",
+    # A mapped tmpfs file (/tmp, /dev/shm) touched past the tmpfs's size: memoryMB.
+    128 + signal.SIGBUS: "memoryMB",
+}
 
 
 def nproc_enforced() -> bool:
@@ -106,14 +118,20 @@ def describe(limits: SandboxLimits, jailed: bool = True) -> str:
         )
     return (
         f"sandbox limits: rlimits per process (memory {limits.memory_mb} MB, cpu "
-        f"{limits.cpu_seconds} s, file {limits.file_size_mb} MB); {processes}; /tmp and "
-        f"/dev/shm {limits.memory_mb} MB each; workspace size {limits.workspace_mb} MB: polled "
-        "during and checked after each call; cgroup v2: not used"
+        f"{limits.cpu_seconds} s, file {limits.file_size_mb} MB); anonymous and shared memory "
+        f"resident per process {limits.memory_mb} MB (polled every 50 ms); {processes}; /tmp "
+        f"and /dev/shm {limits.memory_mb} MB each; workspace size {limits.workspace_mb} MB "
+        "(apparent size, sparse files count whole): polled during and checked after each call, "
+        "and never stored past it; cgroup v2: not used"
     )
 
 
 def workspace_bytes(path: Path) -> int:
-    """Bytes allocated on disk under `path` (like `du -s`), not following symlinks."""
+    """Bytes under `path` as a stored version would hold them, not following symlinks.
+
+    A regular file counts its apparent size (`st_size`), not the blocks it has on disk: a
+    sparse file (`truncate -s 500M`) takes no disk but is stored and restored whole.
+    """
     total = 0
     stack = [str(path)]
     while stack:
@@ -121,7 +139,10 @@ def workspace_bytes(path: Path) -> int:
             for entry in entries:
                 with contextlib.suppress(OSError):
                     info = entry.stat(follow_symlinks=False)
-                    total += info.st_blocks * 512
+                    if entry.is_file(follow_symlinks=False):
+                        total += max(info.st_size, info.st_blocks * 512)
+                    else:
+                        total += info.st_blocks * 512
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(entry.path)
     return total
@@ -149,6 +170,39 @@ def _sandbox_processes(outer_pid: int) -> tuple[int, int] | None:
     return init, count
 
 
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (through each thread's children)."""
+    found: list[int] = []
+    stack = [pid]
+    while stack and len(found) < 100_000:
+        current = stack.pop()
+        found.append(current)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    text = Path(f"/proc/{current}/task/{task}/children").read_text()
+                    stack.extend(int(child) for child in text.split())
+    return found
+
+
+def _largest_memory(outer_pid: int) -> tuple[int, int]:
+    """`(pid, bytes)` of the process below `outer_pid` using the most memory.
+
+    Counted as `RssAnon + RssShmem`: resident anonymous and shared memory (what
+    `RLIMIT_DATA` misses is the shared part).
+    """
+    best = (0, 0)
+    for pid in _descendants(outer_pid):
+        kb = 0
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(_MEMORY_FIELDS):
+                    kb += int(line.split()[1])
+        if kb * 1024 > best[1]:
+            best = (pid, kb * 1024)
+    return best
+
+
 class LimitWatch:
     """Polls what rlimits cannot bound while a call runs, and names the limit it passed."""
 
@@ -158,6 +212,7 @@ class LimitWatch:
         self.limits = limits
         self.workspace = workspace
         self.outer_pid = outer_pid
+        self.jailed = jailed
         self.poll_processes = bool(limits) and jailed and not nproc_enforced()
         self.exceeded: str | None = None
         self._start_bytes = 0
@@ -187,6 +242,15 @@ class LimitWatch:
                     with contextlib.suppress(OSError):
                         os.kill(found[0], signal.SIGKILL)  # the namespace dies with its init
                     return
+            pid, used = await asyncio.to_thread(_largest_memory, self.outer_pid)
+            if used > self.limits.memory_mb << 20:
+                self.exceeded = "memoryMB"
+                # The caller kills the call's process group; in bwrap the pid namespace dies
+                # with its init, killed here first so nothing touches another page.
+                found = await asyncio.to_thread(_sandbox_processes, self.outer_pid)
+                with contextlib.suppress(OSError):
+                    os.kill(found[0] if found and self.jailed else pid, signal.SIGKILL)
+                return
             if time.monotonic() >= next_disk:
                 began = time.monotonic()
                 used = await asyncio.to_thread(workspace_bytes, self.workspace)
@@ -197,7 +261,7 @@ class LimitWatch:
                 next_disk = time.monotonic() + max(
                     _WORKSPACE_POLL_S, 10 * (time.monotonic() - began)
                 )
-            await asyncio.sleep(_PROCESS_POLL_S if self.poll_processes else 0.25)
+            await asyncio.sleep(_PROCESS_POLL_S)
 
     async def until_exceeded_or(self, exited: Awaitable[None]) -> None:
         """Wait for `exited`, or until a polled limit is passed (the caller then kills)."""

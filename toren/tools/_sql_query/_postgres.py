@@ -14,7 +14,13 @@ from typing import Any
 
 from toren._redact import redactor
 from toren.errors import SqlQueryError
-from toren.tools._sql_query._rows import READ_ONLY_HINT, Collector, describe
+from toren.tools._sql_query._rows import (
+    MAX_VALUE_BYTES,
+    READ_ONLY_HINT,
+    VALUE_HINT,
+    Collector,
+    describe,
+)
 
 __all__ = ["CONNECT_TIMEOUT_S", "run_postgres"]
 
@@ -33,6 +39,20 @@ _CURSOR = "toren_sql_query"
 _DECLARE = f'DECLARE "{_CURSOR}" NO SCROLL CURSOR FOR '
 """What psycopg puts before the model's query; PostgreSQL's grammar accepts only a query after
 it (SELECT, VALUES, TABLE, WITH ... SELECT without data-modifying parts)."""
+
+_TOO_BIG = "toren: row over the limit, bytes: "
+"""Marks the error the size check raises (as an integer cast of this text and the size)."""
+_ROW_BYTES = "octet_length(record_out(toren_row.*)::text)"
+"""A row's size as text (as it travels). `toren_row.*` in an argument is the whole row, even
+where the query has a column named `toren_row` (a bare `toren_row` would be that column)."""
+_CHECKED = (
+    "SELECT toren_row.* FROM (\n{query}\n) AS toren_row WHERE CASE WHEN "
+    f"{_ROW_BYTES} > {{limit}} THEN ('{_TOO_BIG}' || {_ROW_BYTES})::int = 0 ELSE true END"
+)
+"""The model's query with each row's size checked on the server, as PostgreSQL has no length
+limit to set: a row bigger than the limit fails the query there, before libpq (which reads a
+row whole) holds it. Only applied to a query PostgreSQL accepted alone as a cursor's query,
+so its text is one complete query and the parentheses around it hold it whole."""
 
 _FETCH_ROWS = 50
 """Rows per FETCH: small batches, so a result of huge rows never sits in memory at once."""
@@ -93,7 +113,7 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
         # ANALYZE, CLUSTER, LOCK, COPY, SET and friends (which a read-only transaction lets
         # an owner run) are syntax errors there. With no params, % and {} are sent as is.
         with conn.cursor(name=_CURSOR, scrollable=False) as cursor:
-            cursor.execute(query)
+            cursor.execute(_checked(conn, query))
             collector = Collector([c.name for c in cursor.description or ()], limit)
             while batch := cursor.fetchmany(_FETCH_ROWS):
                 if not all(collector.add(values) for values in batch):
@@ -108,9 +128,51 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
         conn.close()
 
 
+def _checked(conn: Any, query: str) -> str:
+    """`query` wrapped in the row size check, once PostgreSQL accepted it alone.
+
+    Raises:
+        psycopg.Error: PostgreSQL refused the query itself (not a query, a syntax error...).
+    """
+    # Declaring a cursor plans the query without running it.
+    candidates = [query]
+    if ";" in query:
+        # `SELECT 1; -- done` is one query, but not inside parentheses: without the `;` and
+        # what follows, when that is only blanks and line comments (never `SELECT 1; DELETE`).
+        at = query.rindex(";")
+        rest = [line.strip() for line in query[at + 1 :].split("\n")]
+        if all(not line or line.startswith("--") for line in rest):
+            candidates.append(query[:at])
+    import psycopg
+
+    failure: psycopg.Error | None = None
+    for candidate in candidates:
+        checked = _CHECKED.format(query=candidate, limit=MAX_VALUE_BYTES)
+        try:
+            # A savepoint: a refused candidate leaves the read-only transaction usable.
+            with conn.transaction():
+                # Named as the real one: refusals quote `DECLARE "toren_sql_query" ...`.
+                with conn.cursor(name=_CURSOR, scrollable=False) as alone:
+                    alone.execute(candidate)
+                with conn.cursor(name=_CURSOR + "_checked", scrollable=False) as wrapped:
+                    wrapped.execute(checked)
+        except psycopg.Error as err:
+            failure = failure or err  # the query's own refusal is the one the model reads
+            continue
+        return checked
+    assert failure is not None
+    raise failure
+
+
 def _postgres_message(err: Any) -> str:
     text = _without_declare(describe(err))
     sqlstate = getattr(err, "sqlstate", None)
+    if _TOO_BIG in text:
+        size = text.split(_TOO_BIG, 1)[1].split('"', 1)[0]
+        return (
+            f"PostgreSQL refused the query: a row of {int(size):,} bytes is over sql_query's "
+            f"{MAX_VALUE_BYTES:,}-byte limit per row; {VALUE_HINT}"
+        )
     if sqlstate is None:
         return f"PostgreSQL client error: {text}"
     if "multiple commands" in text:

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from toren.errors import SqlQueryError
-from toren.tools._sql_query._rows import READ_ONLY_HINT, Collector, describe
+from toren.tools._sql_query._rows import (
+    MAX_VALUE_BYTES,
+    READ_ONLY_HINT,
+    VALUE_HINT,
+    Collector,
+    describe,
+)
 
 __all__ = ["run_sqlite", "sqlite_path"]
 
@@ -122,6 +128,8 @@ def run_sqlite(path: Path, query: str, limit: int, timeout_ms: int) -> dict[str,
         # No attached databases at all: ATTACH of a writable file (and VACUUM INTO, which
         # attaches its target) fails even before the authorizer is asked.
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+        # No string or blob past MAX_VALUE_BYTES is ever built in the worker's memory.
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         conn.set_authorizer(_sqlite_authorizer(denied))
         deadline = time.monotonic() + timeout_ms / 1000
         # A runaway query (a huge cross join) is interrupted at the statement timeout.
@@ -151,6 +159,12 @@ def run_sqlite(path: Path, query: str, limit: int, timeout_ms: int) -> dict[str,
                 named = [d for d in denied if not d.startswith("changing the schema")] or denied
                 raise SqlQueryError(
                     f"SQLite refused the query: {named[0]} is not allowed; {READ_ONLY_HINT}"
+                ) from None
+            if "too big" in str(err):
+                raise SqlQueryError(
+                    f"SQLite refused the query: a string or blob over sql_query's "
+                    f"{MAX_VALUE_BYTES:,}-byte limit per value (SQLITE_LIMIT_LENGTH); "
+                    f"{VALUE_HINT}"
                 ) from None
             if "interrupted" in str(err):
                 raise SqlQueryError(
