@@ -375,7 +375,7 @@ async def test_without_the_codec_each_tool_says_so_in_one_line_and_writes_nothin
 async def test_a_decision_that_took_effect_is_reported_accepted_even_when_unreadable(
     team: Client, make_agent: Callable[..., Path], dev_server: DevServer, monkeypatch: Any
 ) -> None:
-    from toren._codec import UndecodablePayloadError
+    from toren.errors import UndecodablePayloadError
 
     monkeypatch.setenv("REFUND_API_KEY", "refund-key")
     tag = uuid.uuid4().hex[:8]

@@ -16,7 +16,6 @@ server speaks the Web UI's protocol: `POST {endpoint}/encode` and `/decode` with
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import importlib
@@ -30,18 +29,15 @@ import httpx
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, PayloadCodec
 
-from toren.errors import ConfigError, TorenError
+from toren.errors import CodecServerError, ConfigError
 
 __all__ = [
     "AUTH_VAR",
     "CODEC_VAR",
     "ENDPOINT_VAR",
     "CodecServer",
-    "CodecServerError",
     "CodecSettings",
-    "UndecodablePayloadError",
     "load_codec",
-    "undecodable_message",
     "unknown_encoding",
 ]
 
@@ -54,34 +50,6 @@ AUTH_VAR = "TEMPORAL_CODEC_AUTH"
 
 TIMEOUT_S = 30.0
 """How long one codec server request may take."""
-
-
-def undecodable_message(encoding: str) -> str:
-    """The one line a person gets for a payload toren has no codec for, naming the fix."""
-    what = "encrypted" if "encrypt" in encoding.lower() else "encoded by a payload codec"
-    return (
-        f"payloads in this namespace are {what} ({encoding}): set {ENDPOINT_VAR} (or "
-        f"--codec-endpoint, or codec.endpoint in the temporal.toml profile) to the team's "
-        f"codec server, or {CODEC_VAR}=module:attribute (or --codec) to its codec"
-    )
-
-
-class UndecodablePayloadError(TorenError):
-    """A payload in an encoding no converter here reads: the team's codec is missing.
-
-    `accepted` is true when the action that read it (a decision, a message) took effect
-    first: only its answer could not be read.
-    """
-
-    def __init__(self, encoding: str, *, accepted: bool = False) -> None:
-        """Create the error for a payload of `encoding`."""
-        super().__init__(undecodable_message(encoding))
-        self.encoding = encoding
-        self.accepted = accepted
-
-
-class CodecServerError(TorenError):
-    """The codec server could not be reached or refused a request."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +180,9 @@ def _from_json(body: Any, count: int) -> list[Payload]:
 class CodecServer(PayloadCodec):
     """A `PayloadCodec` that asks the team's codec server (the Web UI's protocol).
 
-    One HTTP connection per event loop is kept open; the server's answer is trusted as the
-    Web UI trusts it.
+    A connection per request: nothing is left open between them (a process may run several
+    event loops, and leave any of them at any time). The answer is trusted as the Web UI
+    trusts it.
     """
 
     def __init__(self, endpoint: str, namespace: str, auth: str | None = None) -> None:
@@ -229,26 +198,14 @@ class CodecServer(PayloadCodec):
         self._headers = {"X-Namespace": namespace, "Content-Type": "application/json"}
         if auth:
             self._headers["Authorization"] = auth
-        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
-
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            # An AsyncClient belongs to the loop that opened it: the CLI runs one loop, tests
-            # several.
-            self._clients = {k: v for k, v in self._clients.items() if not k.is_closed()}
-            client = self._clients[loop] = httpx.AsyncClient(timeout=TIMEOUT_S)
-        return client
 
     async def _post(self, path: str, payloads: Sequence[Payload]) -> list[Payload]:
         if not payloads:
             return []
         url = f"{self.endpoint}/{path}"
         try:
-            response = await self._client().post(
-                url, json=_to_json(payloads), headers=self._headers
-            )
+            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+                response = await client.post(url, json=_to_json(payloads), headers=self._headers)
         except httpx.HTTPError as err:
             why = str(err) or type(err).__name__
             raise CodecServerError(
@@ -274,12 +231,6 @@ class CodecServer(PayloadCodec):
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         """Decode through the server's `/decode`."""
         return await self._post("decode", payloads)
-
-    async def aclose(self) -> None:
-        """Close the connections this codec opened on the running loop."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
 
 
 def unknown_encoding(payloads: Iterable[Payload], known: Iterable[bytes]) -> str | None:

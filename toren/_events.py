@@ -39,7 +39,7 @@ from temporalio.converter import DataConverter, PayloadConverter
 from temporalio.converter import default as default_converter
 
 from toren._attempts import attempts_before, failure_record
-from toren._codec import CodecServerError
+from toren.errors import CodecServerError
 from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 

@@ -16,9 +16,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from toren._codec import UndecodablePayloadError, unknown_encoding
+from toren._codec import unknown_encoding
 from toren._events import payloads_in, read_through
 from toren._team_converter import readable_encodings
+from toren.errors import UndecodablePayloadError
 
 __all__ = ["check_readable", "check_writable"]
 
@@ -36,7 +37,7 @@ def check_readable(converter: DataConverter, events: Iterable[HistoryEvent]) -> 
     for event in events:
         encoding = unknown_encoding(payloads_in(event), known)
         if encoding is not None:
-            raise UndecodablePayloadError(encoding)
+            raise UndecodablePayloadError(encoding, configured=converter.payload_codec is not None)
 
 
 async def check_writable(client: Client, run_id: str) -> None:

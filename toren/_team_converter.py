@@ -43,8 +43,8 @@ from temporalio.converter import (
 )
 
 from toren import _storage as storage
-from toren._codec import UndecodablePayloadError
 from toren._converter import TorenPayloadConverter
+from toren.errors import UndecodablePayloadError
 
 __all__ = [
     "BesideTeamConverter",

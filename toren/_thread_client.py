@@ -26,10 +26,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from toren._codec import UndecodablePayloadError
 from toren._readable import check_writable
 from toren._types import ThreadInput, ThreadResult
-from toren.errors import RunError, UsageError
+from toren.errors import RunError, UndecodablePayloadError, UsageError
 
 __all__ = ["close_thread", "messages", "send_message", "start_thread"]
 

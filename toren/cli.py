@@ -42,7 +42,7 @@ from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren._agent import load_agent
-from toren._codec import CodecServerError, CodecSettings, UndecodablePayloadError
+from toren._codec import CodecSettings
 from toren._config import AgentConfig, SandboxConfig
 from toren._events import EventStream, format_event
 from toren._live_print import LivePrinter
@@ -50,7 +50,7 @@ from toren._mcp_config import McpServerConfig
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren._watch import pasteable, toren_command, watch
-from toren.errors import ConfigError, TorenError
+from toren.errors import CodecServerError, ConfigError, TorenError, UndecodablePayloadError
 from toren.models._hosted import hosted_tool_problems
 
 __all__ = ["entrypoint", "main"]

@@ -32,13 +32,12 @@ from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from toren import _search_attributes as search_attributes
-from toren._codec import UndecodablePayloadError
 from toren._events import Event, read_through, render
 from toren._readable import check_readable, check_writable
 from toren._stream_client import LiveStream, StreamEvent, stream
 from toren._thread_client import close_thread, messages, send_message, start_thread
 from toren._types import Decision, PendingApproval, RunInput, RunResult
-from toren.errors import ApprovalWaitError, UsageError
+from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")

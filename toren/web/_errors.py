@@ -20,8 +20,13 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from toren._codec import CodecServerError, UndecodablePayloadError
-from toren.errors import RunError, TorenError, UsageError
+from toren.errors import (
+    CodecServerError,
+    RunError,
+    TorenError,
+    UndecodablePayloadError,
+    UsageError,
+)
 
 __all__ = ["WebError", "answer", "error_response"]
 
