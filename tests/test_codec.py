@@ -46,7 +46,8 @@ tool = define_tool(
     description="Refund an order.",
     input={"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]},
     approval="always",
-    handler=lambda a, c: "refunded " + a["order"] + " for customer-" + a["order"][-4:],
+    # The API key in the result: redacted before it leaves the worker, encrypted or not.
+    handler=lambda a, c: f"refunded {a['order']} for customer-{a['order'][-4:]} ({c.env['REFUND_API_KEY']})",
 )
 """
 
@@ -225,6 +226,32 @@ async def test_the_teams_own_workflow_keeps_its_converter_beside_toren_on_one_wo
     assert decoded.data == b"12.34 EUR"
 
 
+async def test_toren_worker_encrypts_with_the_codec_its_setting_names(
+    team: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    folder = make_agent(script=[f"hello ZX-{tag}"])
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "PYTHONPATH": str(ROOT),
+        "TOREN_PAYLOAD_CODEC": "tests.team_codec:codec",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        handle = await toren_client.start_run(team, folder.name, f"say hello to ZX-{tag}")
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert result.text == f"hello ZX-{tag}"
+    raw = await _raw(team, handle.id)
+    assert b"binary/encrypted" in raw and f"ZX-{tag}".encode() not in raw
+
+
 # -- no plaintext --------------------------------------------------------------------------------
 
 
@@ -252,7 +279,9 @@ async def test_a_run_and_a_thread_served_through_the_plugin_leave_no_plaintext(
         await toren_client.close_thread(team, thread.id)
         await asyncio.wait_for(thread.result(), timeout=60)
     assert decision.by == words["by"]
-    assert result.text == f"done for ZX-{tag}: refunded ZX-{tag} for customer-{tag[-4:]}"
+    assert (
+        result.text == f"done for ZX-{tag}: refunded ZX-{tag} for customer-{tag[-4:]} ([redacted])"
+    )
     for run in (handle.id, thread.id):
         raw = await _raw(team, run)
         assert b"binary/encrypted" in raw
