@@ -331,6 +331,11 @@ async def test_events_pending_approve_and_deny_work_through_the_codec_server(
 
         events = await _cli(address, "events", run, **env)
         assert events.returncode == 0, events.stderr
+        # A codec server that wants credentials, asked without: one line naming the setting.
+        refused = await _cli(address, "events", run, TEMPORAL_CODEC_ENDPOINT=endpoint)
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "answered 401" in refused.stderr
+        assert "set TEMPORAL_CODEC_AUTH" in refused.stderr
         assert words["prompt"] in events.stdout and "ApprovalRequested" in events.stdout
 
         # The flags, as the `temporal` CLI's
@@ -366,6 +371,7 @@ async def test_events_pending_approve_and_deny_work_through_the_codec_server(
     raw = await _raw(team, run)
     assert words["by"].encode() not in raw  # the approval went to history encrypted
     assert {s["namespace"] for s in seen} == {"default"}
+    assert {s["auth"] for s in seen} == {CODEC_TOKEN, ""}
     assert {s["path"] for s in seen} == {"/encode", "/decode"}
 
 
@@ -383,6 +389,7 @@ async def test_without_the_codec_each_tool_says_so_in_one_line_and_writes_nothin
         run = await _waiting_run(team, folder, _markers(tag)["prompt"])
         for command in (
             ["events", run],
+            ["events", run, "--follow"],
             ["pending", run],
             ["pending", "--agent", folder.name],
             ["workspace", run, "out"],

@@ -21,7 +21,7 @@ from toren._events import payloads_in, read_through
 from toren._team_converter import readable_encodings
 from toren.errors import UndecodablePayloadError
 
-__all__ = ["check_readable", "check_writable"]
+__all__ = ["check_readable", "ensure_readable"]
 
 _plain: weakref.WeakSet[Client] = weakref.WeakSet()
 """Clients with no codec that found a run whose payloads they read: the namespace is plain."""
@@ -40,8 +40,8 @@ def check_readable(converter: DataConverter, events: Iterable[HistoryEvent]) -> 
             raise UndecodablePayloadError(encoding, configured=converter.payload_codec is not None)
 
 
-async def check_writable(client: Client, run_id: str) -> None:
-    """Raise before writing into `run_id` when this client would write it unencoded.
+async def ensure_readable(client: Client, run_id: str) -> None:
+    """Raise when this client cannot read `run_id`: before it writes there unencoded, or follows it.
 
     Free for a client with a codec, and once per client otherwise (one event read).
 

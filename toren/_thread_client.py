@@ -26,7 +26,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from toren._readable import check_writable
+from toren._readable import ensure_readable
 from toren._types import ThreadInput, ThreadResult
 from toren.errors import RunError, UndecodablePayloadError, UsageError
 
@@ -94,7 +94,7 @@ async def send_message(
     request: dict[str, Any] = {"content": content}
     if attachments:
         request["attachments"] = attachments
-    await check_writable(client, thread_id)
+    await ensure_readable(client, thread_id)
     handle = client.get_workflow_handle(thread_id)
     if not wait:
         await handle.signal("send_message", {**request, "id": message_id})
@@ -172,7 +172,7 @@ async def close_thread(
     client: Client, thread_id: str, *, by: str | None = None, wait: bool = True
 ) -> ThreadResult | None:
     """Close a thread once its running execution ends; with `wait`, return its result."""
-    await check_writable(client, thread_id)
+    await ensure_readable(client, thread_id)
     handle = client.get_workflow_handle(thread_id, result_type=ThreadResult)
     await handle.signal("close", {"by": by or client.identity})
     return await handle.result() if wait else None

@@ -47,6 +47,7 @@ from toren._config import AgentConfig, SandboxConfig
 from toren._events import EventStream, format_event
 from toren._live_print import LivePrinter
 from toren._mcp_config import McpServerConfig
+from toren._readable import ensure_readable
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren._watch import pasteable, toren_command, watch
@@ -259,6 +260,7 @@ _UNSUCCESSFUL = ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated")
 async def cmd_events(args: argparse.Namespace) -> int:
     client = await _connect()
     if args.follow:
+        await ensure_readable(client, args.run_id)  # the live log would show garbled events
         return await _follow(client, args.run_id, as_json=args.json, show_help=False)
     for event in await toren_client.events(client, args.run_id):
         print(json.dumps(event) if args.json else format_event(event))

@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 
 from toren import _search_attributes as search_attributes
 from toren._events import Event, read_through, render
-from toren._readable import check_readable, check_writable
+from toren._readable import check_readable, ensure_readable
 from toren._stream_client import LiveStream, StreamEvent, stream
 from toren._thread_client import close_thread, messages, send_message, start_thread
 from toren._types import Decision, PendingApproval, RunInput, RunResult
@@ -167,7 +167,7 @@ async def decide(
             with `accepted` true the decision was recorded and only its answer is unreadable,
             else nothing was sent.
     """
-    await check_writable(client, run_id)
+    await ensure_readable(client, run_id)
     handle = client.get_workflow_handle(run_id)
     try:
         decision: Decision = await handle.execute_update(
