@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -14,9 +13,8 @@ from temporalio.converter import (
 )
 
 
-@dataclass
 class Money:
-    """The team's own type, which only the team's converter writes (not JSON by itself)."""
+    """The team's own type, which only the team's converter writes (neither JSON nor pydantic)."""
 
     cents: int
     currency: str

@@ -26,6 +26,7 @@ from temporalio.converter import (
     ExternalStorage,
 )
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tests.conftest import HISTORIES, DevServer, fetch_history, secret, task_failures, wait_for
 from tests.team_app import DoubleIt, Money, TeamPayloadConverter
@@ -210,7 +211,15 @@ async def test_the_teams_own_workflow_keeps_its_converter_beside_toren_on_one_wo
     client = await Client.connect(
         dev_server.address, data_converter=converter, plugins=[TorenPlugin(runtime)]
     )
-    async with Worker(client, task_queue=folder.name, workflows=[DoubleIt]):
+    # As a team with its own types does: its module passes through the sandbox, so `Money` is
+    # one class for the workflow and the converter.
+    restrictions = SandboxRestrictions.default.with_passthrough_modules("tests.team_app")
+    async with Worker(
+        client,
+        task_queue=folder.name,
+        workflows=[DoubleIt],
+        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+    ):
         doubled = await client.execute_workflow(
             DoubleIt.run, Money(1234, "EUR"), id=f"team-{tag}", task_queue=folder.name
         )
