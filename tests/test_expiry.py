@@ -51,7 +51,7 @@ def time_skipping_binary() -> str:
 async def skipping() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=time_skipping_binary(),
-        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+        data_converter=TorenPlugin().converter(),
     )
     yield env
     await env.shutdown()

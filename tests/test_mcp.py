@@ -152,7 +152,7 @@ async def test_lists_calls_validates_and_reports_errors(
     replayer = Replayer(
         workflows=[AgentRun, AgentThread],
         workflow_runner=workflow_runner(),
-        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+        data_converter=TorenPlugin().converter(),
     )
     await replayer.replay_workflow(
         WorkflowHistory.from_json(history.workflow_id, history.to_json())

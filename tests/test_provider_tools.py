@@ -244,7 +244,7 @@ async def test_a_run_on_the_dev_server_schedules_no_activity_for_the_provider_to
     replayer = Replayer(
         workflows=[AgentRun],
         workflow_runner=workflow_runner(),
-        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+        data_converter=TorenPlugin().converter(),
     )
     await replayer.replay_workflow(history)
 

@@ -42,6 +42,10 @@ SKIPPED = {
         "settings, not commands; tests/test_store.py checks both kinds of store and "
         "tests/test_many_hosts.py runs two hosts over each"
     ),
+    "TOREN_PAYLOAD_CODEC=myteam.crypto:codec toren worker examples/support": (
+        "needs a team's codec and codec server; tests/test_codec.py runs each setting through "
+        "a real codec and codec server"
+    ),
     "toren workspace RUN_ID ./out": (
         "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"
     ),

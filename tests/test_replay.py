@@ -57,7 +57,7 @@ async def test_history_replays(path: Path) -> None:
     replayer = Replayer(
         workflows=[AgentRun, AgentThread],
         workflow_runner=workflow_runner(),
-        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+        data_converter=TorenPlugin().converter(),
     )
     await replayer.replay_workflow(history)
     kinds = [e["type"] for e in render(history)]

@@ -251,7 +251,7 @@ async def test_connect_installs_the_store_named_by_the_environment(
     assert issubclass(client.data_converter.payload_converter_class, PydanticPayloadConverter)
     assert client.data_converter.external_storage is not None
     # The replayer (`toren replay`) and test environments take the plugin's converter as is.
-    assert TorenPlugin().data_converter.external_storage is not None  # type: ignore[union-attr]
+    assert TorenPlugin().converter().external_storage is not None
 
 
 # -- without a store ------------------------------------------------------------------------

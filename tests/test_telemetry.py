@@ -142,7 +142,7 @@ async def test_spans_per_call_in_the_runs_trace_with_no_content_and_none_on_repl
     await Replayer(
         workflows=[AgentRun],
         workflow_runner=workflow_runner(),
-        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+        data_converter=TorenPlugin().converter(),
         interceptors=Telemetry(tracer).interceptors(),
     ).replay_workflow(history)
     assert len(spans.get_finished_spans()) == before

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from toren.errors import (
         ApprovalWaitError,
         AttachmentError,
+        CodecServerError,
         ConfigError,
         MissingEnvError,
         ModelError,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         StoreMissing,
         ToolError,
         TorenError,
+        UndecodablePayloadError,
         UsageError,
         WebSearchError,
     )
@@ -64,6 +66,7 @@ __all__ = [
     "Attachment",
     "AttachmentError",
     "CodeRun",
+    "CodecServerError",
     "ConfigError",
     "Decision",
     "ExecutionState",
@@ -89,6 +92,7 @@ __all__ = [
     "ToolResult",
     "TorenError",
     "TorenPlugin",
+    "UndecodablePayloadError",
     "UsageError",
     "Variable",
     "WebSearchError",

@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 from toren import client as toren_client
 from toren._stream_client import LiveStream
 from toren._types import PendingApproval
-from toren.errors import RunError, UsageError
+from toren.errors import RunError, UndecodablePayloadError, UsageError
 
 __all__ = ["chat"]
 
@@ -105,6 +105,12 @@ async def _exchange(
         reader.cancel()
     try:
         outcome = sending.result()
+    except UndecodablePayloadError as err:
+        if not err.accepted:
+            raise
+        shown.end()
+        print(f"(the thread took the message; its answer could not be read: {err})", file=out)
+        return
     except (RunError, WorkflowUpdateFailedError) as err:
         cause = getattr(err, "cause", None) or err
         shown.end()
@@ -186,6 +192,12 @@ async def _ask(
         await toren_client.decide(client, thread_id, call.call_id, approved, by=by)
     except WorkflowUpdateFailedError as err:
         print(f"(not recorded: {err.cause})", file=out, flush=True)
+        return
+    except UndecodablePayloadError as err:
+        if not err.accepted:
+            raise
+        # Recorded: only the run's answer is unreadable here.
+        print(f"{'approved' if approved else 'denied'} ({err})", file=out, flush=True)
         return
     print("approved" if approved else "denied", file=out, flush=True)
 

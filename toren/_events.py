@@ -40,13 +40,14 @@ from temporalio.converter import default as default_converter
 
 from toren._attempts import attempts_before, failure_record
 from toren._sdk_private import transform_inbound_payload
+from toren.errors import CodecServerError
 from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
 
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 """The signal that carries a batch of live output (`temporalio.contrib.workflow_streams`)."""
 
-__all__ = ["Event", "EventStream", "format_event", "read_through", "render"]
+__all__ = ["Event", "EventStream", "format_event", "payloads_in", "read_through", "render"]
 
 Event = dict[str, Any]
 
@@ -62,7 +63,7 @@ def _decode(payloads: Payloads | None, converter: PayloadConverter) -> list[Any]
         return ["<undecodable payload>"]
 
 
-def _payloads_in(message: Message) -> Iterator[Payload]:
+def payloads_in(message: Message) -> Iterator[Payload]:
     """Every `Payload` inside a history event, however deep.
 
     Inputs, results, failures and their details, marker details, heartbeat details.
@@ -80,7 +81,7 @@ def _payloads_in(message: Message) -> Iterator[Payload]:
             if isinstance(item, Payload):
                 yield item
             elif isinstance(item, Message):
-                yield from _payloads_in(item)
+                yield from payloads_in(item)
 
 
 async def read_through(events: Iterable[HistoryEvent], converter: DataConverter) -> None:
@@ -92,11 +93,13 @@ async def read_through(events: Iterable[HistoryEvent], converter: DataConverter)
     client's converter, so a run whose results went to the store renders whole.
     """
     for event in events:
-        for payload in list(_payloads_in(event)):
+        for payload in list(payloads_in(event)):
             try:
                 # The SDK's own inbound step (reference → store → codec); it has no public
                 # per-payload form that keeps the payload (`decode` returns values).
                 payload.CopyFrom(await transform_inbound_payload(converter, payload))
+            except CodecServerError:
+                raise  # the codec server the settings name is down or refused: say so
             except Exception:  # unreadable here (no store, a missing key): render says so
                 continue
 

@@ -15,13 +15,15 @@ from types import CodeType
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
+from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkerConfig, WorkflowInstance, WorkflowRunner
 from temporalio.worker import WorkflowInstanceDetails as Details
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from toren import _storage as storage
 from toren._sdk_private import sandbox_runner
+from toren._storage import payload_store_setting
+from toren._team_converter import extend_converter
 from toren.activities._loaded import LoadedAgent
 from toren.activities._runtime import AgentRuntime
 from toren.errors import RunError
@@ -166,7 +168,12 @@ def _adding(items: Sequence[T]) -> Callable[[Sequence[T] | None], Sequence[T]]:
 
 
 class TorenPlugin(SimplePlugin):
-    """Installs the data converter, the `AgentRun` workflow and (given a runtime) activities."""
+    """Installs toren's payload converter, its workflows and (given a runtime) activities.
+
+    The client's data converter is extended, not replaced (`toren._team_converter`): the
+    team's payload codec, failure converter and external storage stay, and its own
+    workflows keep their payload converter.
+    """
 
     def __init__(
         self,
@@ -179,13 +186,15 @@ class TorenPlugin(SimplePlugin):
         Args:
             runtime: on a worker, the runtime whose activities to register.
             agents: only these agents' tool activities (default: all of the runtime's).
-            payload_store: where payloads over 256 KiB go (`toren._storage`); default the
+            payload_store: where payloads over 256 KiB go (`toren._storage`) when the client's
+                converter has no external storage of its own; default the
                 `TOREN_PAYLOAD_STORE` variable; empty or unset keeps them in history.
         """
         activities: list[Callable[..., Any]] = runtime.activities(agents) if runtime else []
+        self._payload_store = payload_store_setting() if payload_store is None else payload_store
         super().__init__(
             "toren.TorenPlugin",
-            data_converter=storage.data_converter(payload_store),
+            data_converter=self.converter,
             workflows=_adding([AgentRun, AgentThread]),
             workflow_runner=workflow_runner,
             activities=_adding(activities) if activities else None,
@@ -193,6 +202,13 @@ class TorenPlugin(SimplePlugin):
         )
         self._runtime = runtime
         self._agents = agents
+
+    def converter(self, existing: DataConverter | None = None) -> DataConverter:
+        """`existing` (default: the SDK's) extended with toren's payload converter and store.
+
+        For a `Replayer` or a test that builds its own client: `data_converter=plugin.converter()`.
+        """
+        return extend_converter(existing, self._payload_store)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Install toren on a worker, and note which queue serves the agents' tools."""

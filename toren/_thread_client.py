@@ -26,8 +26,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from toren._readable import ensure_readable
 from toren._types import ThreadInput, ThreadResult
-from toren.errors import RunError, UsageError
+from toren.errors import RunError, UndecodablePayloadError, UsageError
 
 __all__ = ["close_thread", "messages", "send_message", "start_thread"]
 
@@ -93,6 +94,7 @@ async def send_message(
     request: dict[str, Any] = {"content": content}
     if attachments:
         request["attachments"] = attachments
+    await ensure_readable(client, thread_id)
     handle = client.get_workflow_handle(thread_id)
     if not wait:
         await handle.signal("send_message", {**request, "id": message_id})
@@ -113,6 +115,9 @@ async def _update(
 ) -> dict[str, Any]:
     try:
         outcome: dict[str, Any] = await handle.execute_update(name, arg, id=update_id)
+    except UndecodablePayloadError as err:
+        # The thread took the message; only its answer is unreadable here.
+        raise UndecodablePayloadError(err.encoding, accepted=True) from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             # The workflow has closed (or is closing): the server refuses the update.
@@ -167,6 +172,7 @@ async def close_thread(
     client: Client, thread_id: str, *, by: str | None = None, wait: bool = True
 ) -> ThreadResult | None:
     """Close a thread once its running execution ends; with `wait`, return its result."""
+    await ensure_readable(client, thread_id)
     handle = client.get_workflow_handle(thread_id, result_type=ThreadResult)
     await handle.signal("close", {"by": by or client.identity})
     return await handle.result() if wait else None

@@ -42,14 +42,16 @@ from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren._agent import load_agent
+from toren._codec import CodecSettings
 from toren._config import AgentConfig, SandboxConfig
 from toren._events import EventStream, format_event
 from toren._live_print import LivePrinter
 from toren._mcp_config import McpServerConfig
+from toren._readable import ensure_readable
 from toren._tool_list import tool_infos
 from toren._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren._watch import pasteable, toren_command, watch
-from toren.errors import ConfigError, TorenError
+from toren.errors import CodecServerError, ConfigError, TorenError, UndecodablePayloadError
 from toren.models._hosted import hosted_tool_problems
 
 __all__ = ["entrypoint", "main"]
@@ -86,11 +88,19 @@ def _address_source() -> str:
     return "the default (set TEMPORAL_ADDRESS or a temporal.toml profile to change it)"
 
 
+_codec = CodecSettings()
+"""The codec flags of this command (`main` sets them; the environment fills the rest)."""
+
+
+def _codec_settings() -> CodecSettings:
+    return CodecSettings.resolve(_codec.codec, _codec.endpoint, _codec.auth)
+
+
 async def _connect() -> Client:
     from toren.connect import connect, connect_config
 
     try:
-        return await connect()
+        return await connect(codec=_codec_settings())
     except RuntimeError as err:
         if "connect" not in str(err).lower():
             raise
@@ -127,6 +137,13 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("temporalio").setLevel(logging.WARNING)
+    settings = _codec_settings()
+    if settings.endpoint and not settings.codec:
+        logging.getLogger("toren").warning(
+            "encoding through the codec server %s: one request per payload; give the worker "
+            "the codec in process (TOREN_PAYLOAD_CODEC=module:attribute or --codec)",
+            settings.endpoint,
+        )
     await run_worker(args.agent_dir, model_override=args.model, connect=_connect)
     return 0
 
@@ -243,6 +260,7 @@ _UNSUCCESSFUL = ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated")
 async def cmd_events(args: argparse.Namespace) -> int:
     client = await _connect()
     if args.follow:
+        await ensure_readable(client, args.run_id)  # the live log would show garbled events
         return await _follow(client, args.run_id, as_json=args.json, show_help=False)
     for event in await toren_client.events(client, args.run_id):
         print(json.dumps(event) if args.json else format_event(event))
@@ -370,20 +388,31 @@ async def cmd_replay(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
+    from toren._events import read_through
     from toren._plugin import TorenPlugin, workflow_runner
+    from toren._readable import check_readable
     from toren.workflows import AgentRun, AgentThread
 
     histories: list[WorkflowHistory] = []
+    client: Client | None = None
     for source in args.source:
         path = Path(source)
         if path.suffix == ".json" and path.is_file():
             histories.append(WorkflowHistory.from_json(path.stem, path.read_text()))
             continue
-        histories += await toren_client.histories(await _connect(), source)
+        client = client or await _connect()
+        histories += await toren_client.histories(client, source)
+    # The client's converter has the team's codec; without a client, the settings name it.
+    team = client.data_converter if client else _codec_settings().converter("default")
+    converter = TorenPlugin().converter(team)
+    for history in histories:
+        events = list(history.events)
+        await read_through(events, converter)
+        check_readable(converter, events)
     replayer = Replayer(
         workflows=[AgentRun, AgentThread],
         workflow_runner=workflow_runner(),
-        data_converter=TorenPlugin().data_converter,  # type: ignore[arg-type]
+        data_converter=converter,
     )
     failed = 0
     for history in histories:
@@ -411,6 +440,14 @@ async def cmd_decide(args: argparse.Namespace, approved: bool) -> int:
     except WorkflowUpdateFailedError as err:
         print(f"refused: {getattr(err.cause, 'message', None) or err}", file=sys.stderr)
         return 1
+    except UndecodablePayloadError as err:
+        if not err.accepted:
+            raise
+        # It took effect: saying "failed" could get the call approved twice elsewhere.
+        word = "approval" if approved else "denial"
+        print(f"{args.call_id}: {word} accepted by run {args.run_id}")
+        print(f"toren: the run's answer could not be read: {err}", file=sys.stderr)
+        return 0
     word = "approved" if decision.approved else "denied"
     print(f"{decision.call_id} {word} by {decision.by}")
     return 0
@@ -423,7 +460,9 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         print(f"toren: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    await serve(args.host, args.port, insecure_no_auth=args.insecure_no_auth)
+    await serve(
+        args.host, args.port, insecure_no_auth=args.insecure_no_auth, codec=_codec_settings()
+    )
     return 0
 
 
@@ -573,6 +612,23 @@ def _days(text: str) -> float:
     return days
 
 
+def _add_codec_flags(parser: argparse.ArgumentParser) -> None:
+    """The team's codec, named as the `temporal` CLI's flags name it (see `toren._codec`)."""
+    group = parser.add_argument_group("payload codec (an encrypted namespace)")
+    group.add_argument(
+        "--codec", metavar="MODULE:ATTR",
+        help="the team's PayloadCodec or DataConverter, in process (default $TOREN_PAYLOAD_CODEC)",
+    )  # fmt: skip
+    group.add_argument(
+        "--codec-endpoint", metavar="URL",
+        help="the team's codec server (default $TEMPORAL_CODEC_ENDPOINT, the profile's codec)",
+    )  # fmt: skip
+    group.add_argument(
+        "--codec-auth", metavar="VALUE",
+        help="the codec server's Authorization header (default $TEMPORAL_CODEC_AUTH)",
+    )  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="toren", description="Durable LLM agents on Temporal.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -652,12 +708,22 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="load and validate agent folders")
     p.add_argument("agent_dir", nargs="+")
     p.add_argument("--no-schemas", dest="schemas", action="store_false")
+    # Every command that talks to Temporal reads and writes through the team's codec.
+    for name, command in sub.choices.items():
+        if name not in ("check", "attach"):
+            _add_codec_flags(command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `toren` command."""
+    global _codec
     args = _parser().parse_args(argv)
+    _codec = CodecSettings(
+        getattr(args, "codec", None),
+        getattr(args, "codec_endpoint", None),
+        getattr(args, "codec_auth", None),
+    )
     commands: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
         "worker": cmd_worker,
         "run": cmd_run,
@@ -684,6 +750,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout at devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (UndecodablePayloadError, CodecServerError) as err:  # no codec here, or it is down
+        print(f"toren: {err}", file=sys.stderr)
+        return 1
     except TorenError as err:  # a bad agent folder, missing env, a file that cannot attach
         print(f"toren: {err}", file=sys.stderr)
         return 2

@@ -33,10 +33,11 @@ from temporalio.service import RPCError
 
 from toren import _search_attributes as search_attributes
 from toren._events import Event, read_through, render
+from toren._readable import check_readable, ensure_readable
 from toren._stream_client import LiveStream, StreamEvent, stream
 from toren._thread_client import close_thread, messages, send_message, start_thread
 from toren._types import Decision, PendingApproval, RunInput, RunResult
-from toren.errors import ApprovalWaitError, UsageError
+from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
@@ -162,13 +163,26 @@ async def decide(
     Raises:
         temporalio.client.WorkflowUpdateFailedError: the call is unknown or already decided
             (the message says which calls wait).
+        UndecodablePayloadError: the run's payloads are encoded by a codec this client lacks;
+            with `accepted` true the decision was recorded and only its answer is unreadable,
+            else nothing was sent.
     """
+    await ensure_readable(client, run_id)
     handle = client.get_workflow_handle(run_id)
-    decision: Decision = await handle.execute_update(
-        "decide",
-        {"call_id": call_id, "approve": approved, "by": by or client.identity, "comment": comment},
-        result_type=Decision,
-    )
+    try:
+        decision: Decision = await handle.execute_update(
+            "decide",
+            {
+                "call_id": call_id,
+                "approve": approved,
+                "by": by or client.identity,
+                "comment": comment,
+            },
+            result_type=Decision,
+        )
+    except UndecodablePayloadError as err:
+        # The run recorded the decision; only its answer is unreadable here.
+        raise UndecodablePayloadError(err.encoding, accepted=True) from None
     return decision
 
 
@@ -278,6 +292,7 @@ async def workspace_version(client: Client, run_id: str) -> str | None:
     for history in reversed(await histories(client, run_id)):
         chain = list(history.events)
         await read_through(chain, converter)
+        check_readable(client.data_converter, chain)
         for event in reversed(chain):
             found = _recorded_workspace(event, converter.payload_converter)
             if found:
@@ -311,6 +326,7 @@ async def events(client: Client, run_id: str) -> list[Event]:
     """The run's history rendered as Toren's event log, across continue-as-new."""
     chain = [e for h in await histories(client, run_id) for e in h.events]
     await read_through(chain, client.data_converter)
+    check_readable(client.data_converter, chain)
     return render(chain, client.data_converter.payload_converter)
 
 
@@ -349,6 +365,8 @@ async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
     async for execution in client.list_workflows(query):
         try:
             calls = await pending(client, execution.id)
+        except UndecodablePayloadError:
+            raise  # every run of the namespace is encoded alike: say how to read them
         except Exception:  # finished between the listing and the query
             continue
         name = execution.typed_search_attributes.get(AGENT_KEY) or ""

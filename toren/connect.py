@@ -2,7 +2,9 @@
 
 TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TLS settings and profiles from
 `temporal.toml` all apply, so one code path serves the dev server, a self-hosted cluster and
-Temporal Cloud.
+Temporal Cloud. So do the team's codec settings (`toren._codec`): `TOREN_PAYLOAD_CODEC` (in
+process), else the codec server of `TEMPORAL_CODEC_ENDPOINT` / `TEMPORAL_CODEC_AUTH` or the
+profile's `codec` section, as the `temporal` CLI reads them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
+
+from toren._codec import CodecSettings
 
 __all__ = ["connect", "connect_config"]
 
@@ -22,11 +26,25 @@ def connect_config(profile: str | None = None) -> dict[str, Any]:
     return config
 
 
-async def connect(profile: str | None = None, **overrides: Any) -> Client:
-    """Connect a client with toren's plugin installed."""
+async def connect(
+    profile: str | None = None, *, codec: CodecSettings | None = None, **overrides: Any
+) -> Client:
+    """Connect a client with toren's plugin installed, reading and writing through the codec.
+
+    Args:
+        profile: the `temporal.toml` profile (default `TEMPORAL_PROFILE`, else `default`).
+        codec: where the team's codec is; default from the environment and the profile
+            (`CodecSettings.resolve`). A `data_converter` in `overrides` wins over it.
+        overrides: more keyword arguments for `Client.connect`.
+    """
     from toren._plugin import TorenPlugin
 
     config = connect_config(profile)
     config.update(overrides)
+    if "data_converter" not in config:
+        settings = codec if codec is not None else CodecSettings.resolve(profile=profile)
+        team = settings.converter(config.get("namespace") or "default")
+        if team is not None:
+            config["data_converter"] = team
     plugins = list(config.pop("plugins", [])) + [TorenPlugin()]
     return await Client.connect(**config, plugins=plugins)

@@ -14,6 +14,9 @@ TorenError                  root of everything toren raises to a user
 │   └── SandboxError        a workspace path or command the model got wrong
 ├── UsageError              a call to toren's API with a wrong argument (also a ValueError)
 ├── ApprovalWaitError       `wait_for_approval` saw no waiting call in time, or the run closed
+├── UndecodablePayloadError a payload is encoded (encrypted) by a codec this process lacks;
+│                           names the setting; `accepted` when the action took effect first
+├── CodecServerError        the team's codec server did not answer or refused
 ├── StoreError              the store (`TOREN_STORE`) cannot store or find something
 │   ├── StoreMissing        the key is not in the store (also a KeyError)
 │   └── AttachmentError     a file cannot be attached or an attachment cannot be read
@@ -39,6 +42,7 @@ from temporalio.exceptions import ApplicationError
 __all__ = [
     "ApprovalWaitError",
     "AttachmentError",
+    "CodecServerError",
     "ConfigError",
     "MissingEnvError",
     "ModelError",
@@ -50,6 +54,7 @@ __all__ = [
     "StoreMissing",
     "ToolError",
     "TorenError",
+    "UndecodablePayloadError",
     "UsageError",
     "WebSearchError",
 ]
@@ -149,6 +154,46 @@ class ApprovalWaitError(TorenError):
 
     Raised by `toren.client.wait_for_approval`; the message names the run and what it did.
     """
+
+
+# -- the team's codec ---------------------------------------------------------------------------
+
+
+class UndecodablePayloadError(TorenError):
+    """A payload in an encoding no converter here reads: the team's codec is missing.
+
+    The message is one line naming the settings that fix it (`toren._codec`). `accepted` is
+    true when the action that met it (a decision, a message) took effect first, and only its
+    answer could not be read.
+    """
+
+    def __init__(self, encoding: str, *, accepted: bool = False, configured: bool = False) -> None:
+        """Create the error for a payload of `encoding`.
+
+        Args:
+            encoding: the payload's `encoding` metadata.
+            accepted: the action took effect; only its answer is unreadable.
+            configured: a codec is set here, and it left the payload as it was.
+        """
+        what = "encrypted" if "encrypt" in encoding.lower() else "encoded by a payload codec"
+        if configured:
+            fix = (
+                "the codec set here (TOREN_PAYLOAD_CODEC, TEMPORAL_CODEC_ENDPOINT or the "
+                "profile's codec) did not decode them: is it the team's, with its key?"
+            )
+        else:
+            fix = (
+                "set TEMPORAL_CODEC_ENDPOINT (or --codec-endpoint, or codec.endpoint in the "
+                "temporal.toml profile) to the team's codec server, or "
+                "TOREN_PAYLOAD_CODEC=module:attribute (or --codec) to its codec"
+            )
+        super().__init__(f"payloads in this namespace are {what} ({encoding}): {fix}")
+        self.encoding = encoding
+        self.accepted = accepted
+
+
+class CodecServerError(TorenError):
+    """The team's codec server (`TEMPORAL_CODEC_ENDPOINT`) did not answer or refused."""
 
 
 # -- stores -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
 
+from toren._codec import CodecSettings
 from toren.web._auth import Token, authorize, parse_tokens
 from toren.web._errors import answer, error_response
 from toren.web._openapi import openapi
@@ -27,8 +28,9 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 class _Connection:
     """The Temporal client: the one given, or one connected (`toren.connect`) on first use."""
 
-    def __init__(self, client: Client | None) -> None:
+    def __init__(self, client: Client | None, codec: CodecSettings | None = None) -> None:
         self._client = client
+        self._codec = codec
         self._lock: asyncio.Lock | None = None
 
     async def __call__(self) -> Client:
@@ -38,7 +40,7 @@ class _Connection:
                 if self._client is None:
                     from toren.connect import connect
 
-                    self._client = await connect()
+                    self._client = await connect(codec=self._codec)
         return self._client
 
 
@@ -60,7 +62,12 @@ def _guarded(handler: Endpoint, tokens: list[Token]) -> Endpoint:
     return endpoint
 
 
-def create_app(client: Client | None = None, *, tokens: list[Token] | None = None) -> Starlette:
+def create_app(
+    client: Client | None = None,
+    *,
+    tokens: list[Token] | None = None,
+    codec: CodecSettings | None = None,
+) -> Starlette:
     """The HTTP API as an ASGI app.
 
     Args:
@@ -68,10 +75,12 @@ def create_app(client: Client | None = None, *, tokens: list[Token] | None = Non
             config on the first request (`toren.connect.connect`).
         tokens: the accepted bearer tokens; default, those of `TOREN_WEB_TOKENS`. With none,
             every request is let in: `toren serve` allows that only on a loopback address.
+        codec: the team's codec for a client connected here (`toren._codec`); default from
+            `TOREN_PAYLOAD_CODEC`, `TEMPORAL_CODEC_ENDPOINT` and the profile.
     """
     if tokens is None:
         tokens = parse_tokens(os.environ.get("TOREN_WEB_TOKENS"))
-    api = Handlers(_Connection(client))
+    api = Handlers(_Connection(client, codec))
     document = openapi()
 
     async def schema(request: Request) -> Response:

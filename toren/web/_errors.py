@@ -6,7 +6,8 @@ raise WebError(404, "run 'x' not found", field="id")
 
 `answer` maps what toren and Temporal raise to the status a client can act on: a wrong
 argument is 400, an unknown run 404, a refused update (a call decided twice, a closed thread)
-409; only Temporal being unreachable is a 5xx.
+409; only Temporal (or the team's codec) being unreachable or missing is a 5xx. A decision
+or a message the run took whose answer this server cannot decode is 202 `{"accepted": true}`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from toren.errors import RunError, TorenError, UsageError
+from toren.errors import (
+    CodecServerError,
+    RunError,
+    TorenError,
+    UndecodablePayloadError,
+    UsageError,
+)
 
 __all__ = ["WebError", "answer", "error_response"]
 
@@ -56,6 +63,13 @@ def answer(err: Exception) -> JSONResponse:
     """The error response for an exception a handler raised."""
     if isinstance(err, WebError):
         return error_response(err.status, err.message, err.field)
+    if isinstance(err, UndecodablePayloadError) and err.accepted:
+        # The decision or message took effect; only the run's answer is unreadable here.
+        return JSONResponse({"accepted": True, "warning": str(err)}, status_code=202)
+    if isinstance(err, (UndecodablePayloadError, CodecServerError)):
+        # This server lacks (or cannot reach) the team's codec: its setting, not the request.
+        log.warning("%s", err)
+        return error_response(502, str(err))
     if isinstance(err, ValidationError):
         message, field = _validation_field(err)
         return error_response(422, message, field)

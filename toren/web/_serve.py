@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import os
 
+from toren._codec import CodecSettings
 from toren.errors import UsageError
 from toren.web._app import create_app
 from toren.web._auth import parse_tokens
@@ -26,9 +27,13 @@ def is_loopback(host: str) -> bool:
 
 
 async def serve(
-    host: str = "127.0.0.1", port: int = 8000, *, insecure_no_auth: bool = False
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    insecure_no_auth: bool = False,
+    codec: CodecSettings | None = None,
 ) -> None:
-    """Serve the API until interrupted.
+    """Serve the API until interrupted, reading and writing through the team's `codec`.
 
     Raises:
         UsageError: no `TOREN_WEB_TOKENS` while bound beyond loopback, without
@@ -51,5 +56,7 @@ async def serve(
         )
     else:
         log.info("%d bearer token(s) accepted", len(tokens))
-    config = uvicorn.Config(create_app(tokens=tokens), host=host, port=port, log_level="info")
+    config = uvicorn.Config(
+        create_app(tokens=tokens, codec=codec), host=host, port=port, log_level="info"
+    )
     await uvicorn.Server(config).serve()
