@@ -47,7 +47,9 @@ def forms(secret: str) -> set[str]:
         escaped = {value}
         for _ in range(2):  # a JSON string inside a JSON string doubles each escape
             escaped |= {json.dumps(v, ensure_ascii=a)[1:-1] for v in escaped for a in (True, False)}
-        found |= escaped | {repr(value)[1:-1], quote(value, safe=""), quote_plus(value, safe="")}
+        # `quote` leaves `/` as it is by default (a value put in a URL's path): that form too.
+        urls = {quote(value), quote(value, safe=""), quote_plus(value, safe="")}
+        found |= escaped | urls | {repr(value)[1:-1]}
     return {f for f in found if len(f) >= MIN_SECRET_CHARS}
 
 
