@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer
 
-from tests.conftest import ROOT, fetch_history, secret, task_failures, wait_for
+from tests.conftest import RESULT_TIMEOUT_S, ROOT, fetch_history, secret, task_failures, wait_for
 from toren import AgentRun, RunResult
 from toren import client as toren_client
 from toren._plugin import workflow_runner
@@ -265,6 +265,74 @@ async def test_idempotency_keys_are_per_call(
     }
 
 
+RETRIED = """
+import json
+from temporalio.exceptions import ApplicationError
+from toren import define_tool
+
+def retried(args, ctx):
+    with open(ctx.env["RECORD_FILE"], "a") as f:
+        f.write(json.dumps({"key": ctx.idempotency_key, "attempt": ctx.attempt}) + "\\n")
+    if ctx.attempt < args["succeed_on"]:
+        raise ApplicationError("upstream 503, try again")  # retryable: Temporal retries
+    return f"done on attempt {ctx.attempt}"
+
+tool = define_tool(
+    description="Fails until an attempt, recording each.",
+    input={"type": "object", "properties": {"succeed_on": {"type": "integer"}}},
+    effects="external",
+    idempotency="keyed",
+    max_attempts=2,
+    handler=retried,
+)
+"""
+
+
+def attempts_of(record_file: Path) -> list[tuple[str, int]]:
+    return [
+        (json.loads(line)["key"], json.loads(line)["attempt"])
+        for line in record_file.read_text().splitlines()
+    ]
+
+
+async def test_the_idempotency_key_is_the_same_on_a_real_retry(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, run_id: str
+) -> None:
+    record_file = tmp_path / "calls.jsonl"
+    folder = make_agent(
+        tools={"retried": RETRIED},
+        script=[{"tool_calls": [call("retried", id="a", succeed_on=2)]}, "{last_tool_result}"],
+        env={"required": ["RECORD_FILE"]},
+    )
+    async with serve(client, [folder], environ={"RECORD_FILE": str(record_file)}):
+        result = await run(client, folder, run_id=run_id)
+    assert result.text == "done on attempt 2"
+    assert attempts_of(record_file) == [(f"{run_id}:1:a", 1), (f"{run_id}:1:a", 2)]
+
+
+async def test_max_attempts_runs_exactly_that_many_attempts_then_fails_closed(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, run_id: str
+) -> None:
+    record_file = tmp_path / "calls.jsonl"
+    folder = make_agent(
+        tools={"retried": RETRIED},
+        script=[{"tool_calls": [call("retried", id="a", succeed_on=99)]}, "{last_tool_result}"],
+        env={"required": ["RECORD_FILE"]},
+    )
+    async with serve(client, [folder], environ={"RECORD_FILE": str(record_file)}):
+        result = await run(client, folder, run_id=run_id)
+    assert result.text == "tool retried failed closed after 2 attempts"
+    # Counted where the handler ran, not built from the limit: attempts 1 and 2, no third.
+    assert [attempt for _, attempt in attempts_of(record_file)] == [1, 2]
+    history = await fetch_history(client, run_id)
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert 2 in started and max(started) == 2
+
+
 async def test_max_steps_budget_fails_the_run_clearly(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
@@ -274,12 +342,19 @@ async def test_max_steps_budget_fails_the_run_clearly(
         limits={"maxStepsPerTask": 3},
     )
     async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as err:
-            await run(client, folder)
+            await asyncio.wait_for(handle.result(), RESULT_TIMEOUT_S)
     cause = err.value.cause
     assert "run exceeded maxStepsPerTask=3 without a final answer" in str(cause)
     assert getattr(cause, "type", None) == "BudgetExceeded"
     assert getattr(cause, "non_retryable", None) is True
+    # Where it stopped: three model calls and their three tool calls, not one more or less.
+    from toren._events import render
+
+    events = render(await fetch_history(client, handle.id))
+    assert [e["type"] for e in events].count("LlmCallStarted") == 3
+    assert tool_results(await fetch_history(client, handle.id)) == ["echo:0", "echo:1", "echo:2"]
 
 
 async def test_wall_clock_budget_ends_the_run_and_cancels_calls(
