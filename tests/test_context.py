@@ -195,6 +195,38 @@ async def test_invoke_tool_runs_listed_tools_only(
     assert [(e["tool"], e["by"]) for e in invoked] == [("echo", "caller")]
 
 
+BAD_CALLER = """
+from toren import define_tool
+
+async def bad_caller(args, ctx):
+    found = await ctx.invoke_tool("echo", {"text": args["text"]})
+    return f"{found.status}: {found.text}"
+
+tool = define_tool(
+    description="Invoke echo with what the model gave.",
+    input={"type": "object", "properties": {"text": {}}},
+    uses=["echo"],
+    handler=bad_caller,
+)
+"""
+
+
+async def test_invoke_tool_validates_the_invoked_tools_arguments(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    folder = make_agent(
+        tools={"bad_caller": BAD_CALLER, "echo": ECHO},
+        script=[step(call("bad_caller", "n", text=5), call("bad_caller", "s", text="ok")), "done"],
+    )
+    async with serve(client, [folder]):
+        await toren_client.run_agent(client, folder.name, "go", run_id=run_id)
+    events = render(await fetch_history(client, run_id))
+    results = {e["callId"]: e["result"] for e in events if e["type"] == "ToolCallCompleted"}
+    # Checked against echo's schema before its handler: the handler never saw the number.
+    assert results["n"] == "error: invalid arguments for echo: text: 5 is not of type 'string'"
+    assert results["s"] == f"success: echo:ok key={run_id}:1:s/echo#1"
+
+
 async def test_queued_gated_tool_parks_for_approval(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
