@@ -11,7 +11,7 @@ import yaml
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
 from toren._events import render
 from toren.activities import AgentRuntime
@@ -80,6 +80,40 @@ async def test_the_run_itself_crosses_its_token_budget(
     assert kinds[-2:] == ["Receipt", "RunFailed"]
     billed = events[-2]["inputTokens"] + events[-2]["outputTokens"]
     assert billed == receipt["usage"]["input_tokens"] + receipt["usage"]["output_tokens"]
+
+
+class Billed:
+    """A provider billed 1,000 input and 100 output tokens a call: one tool call, then text."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.calls += 1
+        usage = {"input_tokens": 1000, "output_tokens": 100}
+        if self.calls == 1:
+            calls = [{"id": "e1", "name": "echo", "arguments": '{"text": "hi"}'}]
+            return ModelReply(content="", tool_calls=calls, usage=usage)
+        return ModelReply(content="done", usage=usage)
+
+
+async def test_the_run_stops_before_a_call_its_budget_cannot_cover(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    # 1,100 spent of 2,000 fits; the next call's prompt (about 1,100 tokens: the last call's
+    # size plus the tool result) does not, so the run stops before it, not after it.
+    folder = make_agent(tools={"echo": ECHO}, limits={"maxTokens": 2000})
+    billed = Billed()
+    async with serve(client, [folder], models={"mock/scripted": billed}):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        with pytest.raises(WorkflowFailureError) as failed:
+            await result_of(handle)
+    assert billed.calls == 1
+    message = failed.value.cause.message  # type: ignore[union-attr]
+    assert message.startswith("token budget 2000 cannot cover the next model call (about 11")
+    assert message.endswith(" tokens): 1100 used, 1 call, 0 retries")
+    events = render(await fetch_history(client, handle.id))
+    assert [e["type"] for e in events].count("LlmCallStarted") == 1
 
 
 async def test_a_retried_call_counts_the_tokens_its_lost_attempt_paid_for(
