@@ -14,7 +14,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import fetch_history, task_failures, wait_for
+from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
 from toren._events import render
 from toren.worker import serve
@@ -282,3 +282,37 @@ async def test_a_run_started_by_any_client_says_what_it_is_in_the_web_ui(
         await handle.result()
     assert details.startswith(f"**{folder.name}**: Pay the big one\n\nstep 1, ")
     assert "`pay` - call `big`" in details
+
+
+ALWAYS = PAY.replace('approval=lambda args: args["amount"] > 100', 'approval="always"')
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_an_always_gated_tool_waits_for_a_person_even_for_a_tiny_call(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, approved: bool
+) -> None:
+    assert 'approval="always"' in ALWAYS
+    log = tmp_path / "pay.jsonl"
+    folder = make_agent(
+        tools={"pay": ALWAYS},
+        script=[{"tool_calls": [{"id": "tiny", "name": "pay", "args": {"amount": 1}}]},
+                "result: {last_tool_result}"],
+        env={"required": ["PAY_LOG"]},
+    )  # fmt: skip
+    async with serve(client, [folder], environ={"PAY_LOG": str(log)}):
+        handle = await toren_client.start_run(client, folder.name, "pay a cent")
+        calls = await wait_for(lambda: toren_client.pending(client, handle.id))
+        assert [(c.call_id, c.args) for c in calls] == [("tiny", {"amount": 1})]
+        assert paid(log) == []  # parked: the handler has not run
+        signal = "approve" if approved else "deny"
+        await handle.signal(signal, {"call_id": "tiny", "by": "bob", "comment": "checked"})
+        result = await result_of(handle)
+    if approved:
+        assert result.text == "result: paid 1"
+        assert paid(log) == [{"amount": 1}]  # exactly once
+    else:
+        assert result.text == "result: denied by bob: checked"
+        assert paid(log) == []
+    events = render(await fetch_history(client, handle.id))
+    requested = [e for e in events if e["type"] == "ApprovalRequested"]
+    assert len(requested) == 1 and requested[0]["callId"] == "tiny"
