@@ -32,7 +32,7 @@ HISTORIES: list[bytes] = []
 """Every history a test fetched (serialized JSON and protobuf), as raw bytes."""
 FETCHED: list[tuple[Client, Any]] = []
 """(client, history) for each history the running test fetched; `secret_oracle` searches them."""
-RESULT_TIMEOUT_S = 120.0
+RESULT_TIMEOUT_S = 180.0
 """How long a test waits for a workflow's result (`result_of`) before it fails instead of hanging."""
 ORACLE = {"tests": 0, "histories": 0, "hits": 0}
 """The secret oracle's figures for the session (printed at its end)."""
