@@ -68,7 +68,7 @@ async def test_the_run_itself_crosses_its_token_budget(
     async with serve(client, [folder], models={"mock/scripted": model}):
         handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
     cause = failed.value.cause
     assert getattr(cause, "type", None) == "BudgetExceeded"
     assert cause.message.startswith("token budget 700 ")  # type: ignore[union-attr]
@@ -129,7 +129,7 @@ async def test_a_retried_call_counts_the_tokens_its_lost_attempt_paid_for(
     async with serve(client, [folder], models={"mock/scripted": metered}):
         handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
     assert metered.calls == 3
     cause = failed.value.cause
     assert cause.message == "token budget 2500 exceeded: 3300 used, 2 calls, 1 retry"  # type: ignore[union-attr]
@@ -183,10 +183,10 @@ tool = define_tool(description="Wait for the child.", handler=nap)
         runtime.agents[parent.name].provider = ScriptedModel(script)
         handle = await toren_client.start_run(client, parent.name, "go")
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
         child_failure = None
         try:
-            await client.get_workflow_handle(f"{handle.id}/work/p1").result()
+            await result_of(client.get_workflow_handle(f"{handle.id}/work/p1"))
         except WorkflowFailureError as err:
             child_failure = err.cause
     assert getattr(child_failure, "type", None) == "BudgetExceeded"  # maxStepsPerTask=2
@@ -210,7 +210,7 @@ async def test_cost_is_recorded_per_call_and_in_the_receipt(
     model = ScriptedModel([echo("e1"), "done"])
     async with serve(client, [folder], models={"mock/scripted": model}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
         events = await toren_client.events(client, handle.id)
     expected = (result.usage["input_tokens"] * 2.5 + result.usage["output_tokens"] * 10) / 1e6
     assert result.cost_usd == pytest.approx(expected)

@@ -24,7 +24,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from tests._secret_oracle import encodings
-from tests.conftest import keep_history, secret, task_failures
+from tests.conftest import keep_history, result_of, secret, task_failures
 from tests.test_context import ECHO
 from toren import client as toren_client
 from toren._redact import MARKER, Redactor
@@ -186,7 +186,7 @@ async def test_no_secret_reaches_any_payload_of_the_chain(
     )
     async with serve(client, [folder], models={"mock/scripted": model}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
         latest = client.get_workflow_handle(handle.id)
         state = await latest.query("state")
         events = await latest.query("events")
@@ -315,5 +315,5 @@ tool = define_tool(description="Fetch.", timeout_ms={timeout_ms}, handler=fetch)
         script=[{"tool_calls": [{"name": "fetch", "args": {}}]}, "saw: {last_tool_result}"],
     )
     async with serve(client, [folder]):
-        result = await toren_client.run_agent(client, folder.name, "go")
+        result = await result_of(toren_client.run_agent(client, folder.name, "go"))
     assert result.text == "saw: tool fetch failed: TimeoutError: upstream took too long"

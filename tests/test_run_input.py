@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren._events import render
 from toren.worker import serve
 from toren.workflows import _tool_calls
@@ -77,7 +77,7 @@ async def test_wrong_inputs_fail_at_once_naming_the_key(
             kinds = [e["type"] for e in render(history)]
             assert kinds[0] == "RunStarted" and kinds[-1] == "RunFailed", label
         ok = await start_raw(plain, folder.name, {"agent": folder.name, "prompt": "hi"})
-        assert (await ok.result())["text"] == "fine"
+        assert (await result_of(ok))["text"] == "fine"
 
 
 json_values = st.recursive(
