@@ -56,9 +56,9 @@ def test_a_call_counts_its_usage_its_lost_attempts_and_its_cost() -> None:
     priced = spec(prices=[2.0, 10.0])
     budget.after_call(priced, reply(1000, 100, attempt=3, input_tokens=500, output_tokens=50))
     assert run.usage == {"input_tokens": 1500, "output_tokens": 150}
-    assert run.cost_usd == pytest.approx((1500 * 2.0 + 150 * 10.0) / 1e6)
+    assert run.cost_usd == pytest.approx((1500 * 2.0 + 150 * 10.0) / 1e6, rel=1e-12)
     assert run.spent["tokens"] == 1650
-    assert run.spent["cost_usd"] == pytest.approx(run.cost_usd)
+    assert run.spent["cost_usd"] == run.cost_usd
     assert (run.spent["calls"], run.spent["retries"]) == (1, 2)
     assert run.spent["last_prompt"] == 1100  # this attempt's prompt, not the lost ones
     budget.after_call(priced, reply(10, 1, attempt=1))
@@ -119,6 +119,8 @@ def test_the_next_call_is_priced_before_it_is_made() -> None:
     budget.after_call(spec(prices=priced), reply(100_000, 0))  # $0.40, last prompt 100k
     # The next call's prompt, about 100,000 tokens at $4/M: $0.40 more, $0.80 in all.
     budget.before_call(spec(max_cost_usd=0.8, prices=priced), [])
+    with pytest.raises(RunError):  # a hair under: per million tokens, not a little more
+        budget.before_call(spec(max_cost_usd=0.8 - 1e-9, prices=priced), [])
     with pytest.raises(RunError) as err:
         budget.before_call(spec(max_cost_usd=0.79, prices=priced), [])
     assert err.value.message == (
@@ -153,3 +155,24 @@ def test_a_child_runs_usage_and_cost_count_against_its_parent() -> None:
     with pytest.raises(RunError) as err:
         budget.check(spec(max_cost_usd=0.24))
     assert err.value.message.startswith("cost budget $0.24 exceeded: $0.2500 spent")
+
+
+def test_a_reply_without_usage_counts_nothing() -> None:
+    run = RunState(usage={})  # a carried state from before usage had both keys
+    budget = Budget(run)
+    empty = ModelCallResult(message={"role": "assistant", "content": ""}, attempt=1)
+    budget.after_call(spec(prices=[1.0, 1.0]), empty)
+    assert run.usage == {"input_tokens": 0, "output_tokens": 0}
+    assert run.spent["tokens"] == 0 and run.spent["last_prompt"] == 0 and run.cost_usd == 0
+    budget.add_child({"input_tokens": 5}, None)
+    assert run.usage == {"input_tokens": 5, "output_tokens": 0}
+    fresh = RunState(usage={})
+    Budget(fresh).add_child({"output_tokens": 2}, 0.0)
+    assert fresh.usage == {"input_tokens": 0, "output_tokens": 2}
+
+
+def test_the_receipt_rounds_cost_to_a_millionth() -> None:
+    run = RunState()
+    budget = Budget(run)
+    budget.add_child({}, 0.12345678)
+    assert budget.receipt()["cost_usd"] == 0.123457
