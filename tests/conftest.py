@@ -6,10 +6,12 @@ Tests get their own agent (and so their own task queue) by writing an agent fold
 
 from __future__ import annotations
 
+import asyncio
 import os
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +20,22 @@ import yaml
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
+from tests import _secret_oracle
 from tests._ci_skips import pytest_runtest_makereport  # noqa: F401  (a hook: CI fails skips)
 from toren.connect import connect
 from toren.testing import DevServer, moto_s3
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRETS: set[str] = set()
-"""Every secret value a test set; `test_zz_secrets` searches every fetched history for them."""
+"""Every secret value a test set (`secret`); `secret_oracle` searches each test's histories."""
 HISTORIES: list[bytes] = []
-"""Every history a test fetched (serialized), for the secret search."""
+"""Every history a test fetched (serialized JSON and protobuf), as raw bytes."""
+FETCHED: list[tuple[Client, Any]] = []
+"""(client, history) for each history the running test fetched; `secret_oracle` searches them."""
+RESULT_TIMEOUT_S = 180.0
+"""How long a test waits for a workflow's result (`result_of`) before it fails instead of hanging."""
+ORACLE = {"tests": 0, "histories": 0, "hits": 0}
+"""The secret oracle's figures for the session (printed at its end)."""
 
 
 @pytest.fixture(scope="session")
@@ -91,35 +100,84 @@ def make_agent(tmp_path: Path, agent_name: str) -> Callable[..., Path]:
     return make
 
 
-async def history_bytes(client: Client, workflow_id: str) -> bytes:
-    """The run's whole history, serialized; also kept for the suite-wide secret search."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    data = history.to_json().encode()
-    HISTORIES.append(data)
+def keep_history(client: Client, history: Any) -> None:
+    """Hand a fetched `WorkflowHistory` to the secret oracle (the helpers below do it)."""
+    FETCHED.append((client, history))
+    HISTORIES.append(history.to_json().encode())
     HISTORIES.append(History(events=history.events).SerializeToString())
-    return data
+
+
+async def history_bytes(client: Client, workflow_id: str) -> bytes:
+    """The run's whole history, serialized; also searched by the secret oracle."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    keep_history(client, history)
+    return history.to_json().encode()
 
 
 def secret(value: str) -> str:
-    """Register `value` as a secret that must never appear in any fetched history."""
+    """Register `value` as a secret that must never appear in any history, in any form.
+
+    Every history a test makes on the session's dev server, and every one it fetches with
+    `history_bytes` or `fetch_history`, is searched for it after the test (`secret_oracle`).
+    """
     SECRETS.add(value)
     return value
 
 
-def secret_hits() -> list[tuple[str, int]]:
-    """(secret, history index) for each secret found in a fetched history, in any form.
+_oracle_clients: dict[str, Client] = {}
 
-    A payload holds JSON, so a secret with a quote, a backslash or non-ASCII sits there escaped:
-    each form `toren._redact` knows is searched, not only the literal.
+
+@pytest.fixture(autouse=True)
+async def secret_oracle(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """After each test, search its histories for every registered secret; a hit fails it.
+
+    Searched: the histories the test fetched, and every run started on the session's dev
+    server while it ran (children, continued-as-new runs and runs nobody fetched included).
+    The encodings are `tests._secret_oracle`'s own, not the redactor's.
     """
-    from toren._redact import forms
+    FETCHED.clear()
+    started = datetime.now(UTC)
+    yield
+    histories = list(FETCHED)
+    FETCHED.clear()
+    if "dev_server" in request.fixturenames:
+        server: DevServer = request.getfixturevalue("dev_server")
+        histories += await _runs_since(server.address, started)
+    if not SECRETS or not histories:
+        return
+    seen: set[tuple[str, str, int]] = set()
+    hits: list[str] = []
+    for client, history in histories:
+        key = (history.workflow_id, history.run_id, len(history.events))
+        if key in seen:
+            continue
+        seen.add(key)
+        decode = client.data_converter.payload_converter.from_payload
+        found = _secret_oracle.search(history.events, sorted(SECRETS), decode)
+        hits += [f"{history.workflow_id}: {hit}" for hit in found]
+    ORACLE["tests"] += 1
+    ORACLE["histories"] += len(seen)
+    ORACLE["hits"] += len(hits)
+    if hits:
+        pytest.fail("a secret reached history:\n" + "\n".join(hits[:20]), pytrace=False)
 
-    return [
-        (s, i)
-        for s in SECRETS
-        for i, h in enumerate(HISTORIES)
-        if any(f.encode() in h for f in {s, *forms(s)})
-    ]
+
+async def _runs_since(address: str, started: datetime) -> list[tuple[Client, Any]]:
+    """The histories of every run started on the dev server at `address` since `started`."""
+    client = _oracle_clients.get(address)
+    if client is None:
+        client = _oracle_clients[address] = await connect(target_host=address)
+    query = f"StartTime >= '{started.isoformat().replace('+00:00', 'Z')}'"
+    runs = [(run.id, run.run_id) async for run in client.list_workflows(query)]
+    limit = asyncio.Semaphore(8)
+
+    async def fetch(workflow_id: str, run_id: str | None) -> tuple[Client, Any]:
+        async with limit:
+            return client, await client.get_workflow_handle(
+                workflow_id, run_id=run_id
+            ).fetch_history()
+
+    return list(await asyncio.gather(*(fetch(*run) for run in runs)))
 
 
 @pytest.fixture
@@ -128,12 +186,22 @@ async def run_id() -> AsyncIterator[str]:
 
 
 async def fetch_history(client: Client, workflow_id: str) -> Any:
-    """The run's history; its serialized form is kept for the suite-wide secret search."""
+    """The run's history; also searched by the secret oracle."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    # JSON base64-encodes payload data; the raw protobuf holds it as it is: search both.
-    HISTORIES.append(history.to_json().encode())
-    HISTORIES.append(History(events=history.events).SerializeToString())
+    keep_history(client, history)
     return history
+
+
+async def result_of(run: Any, timeout: float = RESULT_TIMEOUT_S) -> Any:
+    """A workflow's result, failing after `timeout` seconds instead of hanging the suite.
+
+    `run` is a workflow handle (its `result()` is awaited) or an awaitable of a result, such as
+    `toren_client.run_agent(...)` or `client.execute_workflow(...)`.
+    """
+    import inspect
+
+    waiting = run if inspect.isawaitable(run) else run.result()
+    return await asyncio.wait_for(waiting, timeout)
 
 
 def task_failures(history: Any) -> list[Any]:
@@ -161,10 +229,9 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, every: f
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print the suite-wide secret search's figures (checked by `test_zz_secrets`)."""
-    if HISTORIES:
-        hits = len(secret_hits())
+    """Print the secret oracle's figures for the session."""
+    if ORACLE["tests"]:
         terminalreporter.write_line(
-            f"secret search: {len(SECRETS)} secret values x {len(HISTORIES) // 2} fetched "
-            f"histories (JSON and protobuf): {hits} hits"
+            f"secret oracle: {len(SECRETS)} secret values searched after {ORACLE['tests']} "
+            f"tests in {ORACLE['histories']} histories: {ORACLE['hits']} hits"
         )

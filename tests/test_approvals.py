@@ -14,7 +14,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import fetch_history, task_failures, wait_for
+from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
 from toren._events import render
 from toren.worker import serve
@@ -90,7 +90,7 @@ async def test_approve(client: Client, pay_agent: tuple[Path, Path], via: str) -
         else:
             decision = await toren_client.approve(client, handle.id, "big", by="alice")
             assert decision.approved and decision.by == "alice"
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "result: paid 500"
     assert paid(log) == [{"amount": 5}, {"amount": 500}]  # ran exactly once
     events = render(await fetch_history(client, handle.id))
@@ -110,7 +110,7 @@ async def test_deny(client: Client, pay_agent: tuple[Path, Path], via: str) -> N
             assert out.returncode == 0, out.stderr
         else:
             await toren_client.deny(client, handle.id, "big", by="bob", comment="too much")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "result: denied by bob: too much"
     assert paid(log) == [{"amount": 5}]
 
@@ -133,7 +133,7 @@ async def test_malformed_signals_are_refused_and_the_run_goes_on(
             {"call_id": "big"},
         )
         await handle.signal("deny", {"call_id": "big"})  # second decision for a decided call
-        result = await handle.result()
+        result = await result_of(handle)
         refused = await handle.query("refused_signals")
     assert result.text == "result: paid 500"
     reasons = [r["reason"] for r in refused]
@@ -187,7 +187,7 @@ async def test_decide_update_rejects_unknown_and_decided_calls(
         out = await cli("deny", handle.id, "big")
         assert out.returncode == 1 and "already decided" in out.stderr
         await toren_client.deny(client, handle.id, "huge", by="carol", comment="no")
-        await handle.result()
+        await result_of(handle)
     assert paid(log) == [{"amount": 500}]
 
 
@@ -212,7 +212,7 @@ async def test_current_details_tell_a_person_what_to_paste(
         out = await cli("pending", handle.id)
         assert 'big  pay({"amount": 500})' in out.stdout
         await handle.signal("approve", {"call_id": "big", "by": "dave"})
-        await handle.result()
+        await result_of(handle)
 
 
 async def test_bad_decide_requests_and_misspelled_signals_are_refused_with_the_fix(
@@ -239,7 +239,7 @@ async def test_bad_decide_requests_and_misspelled_signals_are_refused_with_the_f
         await handle.signal("nudge", "x")
         refused = await wait_for(lambda: _refused_at_least(handle, 2))
         await handle.signal("approve", {"call_id": "big", "by": "eve"})
-        await handle.result()
+        await result_of(handle)
     assert rejected == {
         "none": "expected one JSON object, got no argument",
         "string": "expected a JSON object, got a string",
@@ -279,6 +279,40 @@ async def test_a_run_started_by_any_client_says_what_it_is_in_the_web_ui(
         metadata = await handle.query("__temporal_workflow_metadata")
         details = metadata.current_details
         await handle.signal("approve", {"call_id": "big", "by": "dave"})
-        await handle.result()
+        await result_of(handle)
     assert details.startswith(f"**{folder.name}**: Pay the big one\n\nstep 1, ")
     assert "`pay` - call `big`" in details
+
+
+ALWAYS = PAY.replace('approval=lambda args: args["amount"] > 100', 'approval="always"')
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_an_always_gated_tool_waits_for_a_person_even_for_a_tiny_call(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, approved: bool
+) -> None:
+    assert 'approval="always"' in ALWAYS
+    log = tmp_path / "pay.jsonl"
+    folder = make_agent(
+        tools={"pay": ALWAYS},
+        script=[{"tool_calls": [{"id": "tiny", "name": "pay", "args": {"amount": 1}}]},
+                "result: {last_tool_result}"],
+        env={"required": ["PAY_LOG"]},
+    )  # fmt: skip
+    async with serve(client, [folder], environ={"PAY_LOG": str(log)}):
+        handle = await toren_client.start_run(client, folder.name, "pay a cent")
+        calls = await wait_for(lambda: toren_client.pending(client, handle.id))
+        assert [(c.call_id, c.args) for c in calls] == [("tiny", {"amount": 1})]
+        assert paid(log) == []  # parked: the handler has not run
+        signal = "approve" if approved else "deny"
+        await handle.signal(signal, {"call_id": "tiny", "by": "bob", "comment": "checked"})
+        result = await result_of(handle)
+    if approved:
+        assert result.text == "result: paid 1"
+        assert paid(log) == [{"amount": 1}]  # exactly once
+    else:
+        assert result.text == "result: denied by bob: checked"
+        assert paid(log) == []
+    events = render(await fetch_history(client, handle.id))
+    requested = [e for e in events if e["type"] == "ApprovalRequested"]
+    assert len(requested) == 1 and requested[0]["callId"] == "tiny"

@@ -11,7 +11,7 @@ import yaml
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
 from toren._events import render
 from toren.activities import AgentRuntime
@@ -68,7 +68,7 @@ async def test_the_run_itself_crosses_its_token_budget(
     async with serve(client, [folder], models={"mock/scripted": model}):
         handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
     cause = failed.value.cause
     assert getattr(cause, "type", None) == "BudgetExceeded"
     assert cause.message.startswith("token budget 700 ")  # type: ignore[union-attr]
@@ -80,6 +80,40 @@ async def test_the_run_itself_crosses_its_token_budget(
     assert kinds[-2:] == ["Receipt", "RunFailed"]
     billed = events[-2]["inputTokens"] + events[-2]["outputTokens"]
     assert billed == receipt["usage"]["input_tokens"] + receipt["usage"]["output_tokens"]
+
+
+class Billed:
+    """A provider billed 1,000 input and 100 output tokens a call: one tool call, then text."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.calls += 1
+        usage = {"input_tokens": 1000, "output_tokens": 100}
+        if self.calls == 1:
+            calls = [{"id": "e1", "name": "echo", "arguments": '{"text": "hi"}'}]
+            return ModelReply(content="", tool_calls=calls, usage=usage)
+        return ModelReply(content="done", usage=usage)
+
+
+async def test_the_run_stops_before_a_call_its_budget_cannot_cover(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    # 1,100 spent of 2,000 fits; the next call's prompt (about 1,100 tokens: the last call's
+    # size plus the tool result) does not, so the run stops before it, not after it.
+    folder = make_agent(tools={"echo": ECHO}, limits={"maxTokens": 2000})
+    billed = Billed()
+    async with serve(client, [folder], models={"mock/scripted": billed}):
+        handle = await toren_client.start_run(client, folder.name, "go")
+        with pytest.raises(WorkflowFailureError) as failed:
+            await result_of(handle)
+    assert billed.calls == 1
+    message = failed.value.cause.message  # type: ignore[union-attr]
+    assert message.startswith("token budget 2000 cannot cover the next model call (about 11")
+    assert message.endswith(" tokens): 1100 used, 1 call, 0 retries")
+    events = render(await fetch_history(client, handle.id))
+    assert [e["type"] for e in events].count("LlmCallStarted") == 1
 
 
 async def test_a_retried_call_counts_the_tokens_its_lost_attempt_paid_for(
@@ -95,7 +129,7 @@ async def test_a_retried_call_counts_the_tokens_its_lost_attempt_paid_for(
     async with serve(client, [folder], models={"mock/scripted": metered}):
         handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
     assert metered.calls == 3
     cause = failed.value.cause
     assert cause.message == "token budget 2500 exceeded: 3300 used, 2 calls, 1 retry"  # type: ignore[union-attr]
@@ -149,10 +183,10 @@ tool = define_tool(description="Wait for the child.", handler=nap)
         runtime.agents[parent.name].provider = ScriptedModel(script)
         handle = await toren_client.start_run(client, parent.name, "go")
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
         child_failure = None
         try:
-            await client.get_workflow_handle(f"{handle.id}/work/p1").result()
+            await result_of(client.get_workflow_handle(f"{handle.id}/work/p1"))
         except WorkflowFailureError as err:
             child_failure = err.cause
     assert getattr(child_failure, "type", None) == "BudgetExceeded"  # maxStepsPerTask=2
@@ -176,7 +210,7 @@ async def test_cost_is_recorded_per_call_and_in_the_receipt(
     model = ScriptedModel([echo("e1"), "done"])
     async with serve(client, [folder], models={"mock/scripted": model}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
         events = await toren_client.events(client, handle.id)
     expected = (result.usage["input_tokens"] * 2.5 + result.usage["output_tokens"] * 10) / 1e6
     assert result.cost_usd == pytest.approx(expected)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.conftest import fetch_history
+from tests.conftest import fetch_history, result_of
 from tests.test_attachments import make_pdf
 from toren import client as toren_client
 from toren._events import render
@@ -49,7 +49,7 @@ async def test_attached_pdf_is_read_page_by_page(
             handle = await toren_client.start_run(
                 client, folder.name, "what is due?", attachments=[file_id]
             )
-            result = await handle.result()
+            result = await result_of(handle)
     finally:
         del os.environ["TOREN_ATTACHMENTS"]
     events = render(await fetch_history(client, handle.id))
@@ -83,7 +83,7 @@ async def test_sql_query_through_a_run_is_read_only(
     )  # fmt: skip
     async with serve(client, [folder], environ={"SQL_DATABASE_URL": f"sqlite:///{db}"}):
         handle = await toren_client.start_run(client, folder.name, "totals?")
-        await handle.result()
+        await result_of(handle)
     events = render(await fetch_history(client, handle.id))
     results = {e["callId"]: e for e in events if e["type"] == "ToolCallCompleted"}
     assert json.loads(results["q"]["result"]) == {

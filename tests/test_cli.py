@@ -21,7 +21,7 @@ from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent, WorkflowTaskFailedEventAttributes
 from temporalio.client import Client, WorkflowFailureError
 
-from tests.conftest import DevServer
+from tests.conftest import DevServer, result_of
 from tests.test_model_retries import completion
 from toren import _storage as storage
 from toren import client as toren_client
@@ -146,7 +146,7 @@ async def _run_one_call(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        await handle.result()
+        await result_of(handle)
     return handle.id
 
 
@@ -218,7 +218,7 @@ async def test_run_says_what_it_waits_for_and_how_to_go_on_after_ctrl_c(
             assert "Traceback" not in err
             # It did go on: approve it and it completes.
             await toren_client.approve(client, run_id, "g1", by="ops")
-            await client.get_workflow_handle(run_id).result()
+            await result_of(client.get_workflow_handle(run_id))
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -260,7 +260,7 @@ async def test_events_renders_a_run_whose_input_was_not_an_object(
             task_queue=load_agent(folder).task_queue,
         )  # fmt: skip
         with pytest.raises(WorkflowFailureError):
-            await handle.result()
+            await result_of(handle)
     out = await _cli(dev_server.address, "events", handle.id)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -19,7 +19,7 @@ import pexpect
 import pytest
 import uvicorn
 from temporalio.api.history.v1 import History
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -28,7 +28,15 @@ from temporalio.converter import (
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from tests.conftest import HISTORIES, DevServer, fetch_history, secret, task_failures, wait_for
+from tests.conftest import (
+    DevServer,
+    fetch_history,
+    keep_history,
+    result_of,
+    secret,
+    task_failures,
+    wait_for,
+)
 from tests.team_app import DoubleIt, Money, TeamPayloadConverter
 from tests.team_codec import CODEC_TOKEN, EncodeOnlyCodec, EncryptionCodec, codec_app
 from toren import TorenPlugin
@@ -119,9 +127,8 @@ async def _decoded(client: Client, run_id: str) -> bytes:
     history = await client.get_workflow_handle(run_id).fetch_history()
     events = list(history.events)
     await read_through(events, client.data_converter)
-    data = History(events=events).SerializeToString()
-    HISTORIES.append(data)
-    return data
+    keep_history(client, WorkflowHistory(history.workflow_id, events))
+    return History(events=events).SerializeToString()
 
 
 async def _cli(
@@ -223,7 +230,7 @@ async def test_the_teams_own_workflow_keeps_its_converter_beside_toren_on_one_wo
         doubled = await client.execute_workflow(
             DoubleIt.run, Money(1234, "EUR"), id=f"team-{tag}", task_queue=folder.name
         )
-        result = await toren_client.run_agent(client, folder.name, "hi")
+        result = await result_of(toren_client.run_agent(client, folder.name, "hi"))
     assert (doubled.cents, doubled.currency) == (2468, "EUR")
     assert result.text == f"hello {tag}"
     # The team's own workflow wrote its input in the team's encoding, under the team's codec.

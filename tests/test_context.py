@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from tests.conftest import DevServer, fetch_history, secret, task_failures, wait_for
+from tests.conftest import DevServer, fetch_history, result_of, secret, task_failures, wait_for
 from toren import client as toren_client
 from toren._events import render
 from toren.models import ScriptedModel
@@ -160,7 +160,7 @@ async def test_last_writer_in_call_order_wins(
         ],
     )
     async with serve(client, [folder]):
-        result = await toren_client.run_agent(client, folder.name, "go")
+        result = await result_of(toren_client.run_agent(client, folder.name, "go"))
     assert result.text == "color is green"
 
 
@@ -182,7 +182,7 @@ async def test_invoke_tool_runs_listed_tools_only(
         handle = await toren_client.start_run(
             client, folder.name, "go", run_id=f"{folder.name}-inv"
         )
-        await handle.result()
+        await result_of(handle)
     events = render(await fetch_history(client, handle.id))
     results = {e["callId"]: e["result"] for e in events if e["type"] == "ToolCallCompleted"}
     assert results["ok"] == f"success: echo:inner key={handle.id}:1:ok/echo#1"
@@ -193,6 +193,38 @@ async def test_invoke_tool_runs_listed_tools_only(
     assert "cannot invoke 'gated': it is gated by approval" in results["gated"]
     invoked = [e for e in events if e["type"] == "ToolInvoked"]
     assert [(e["tool"], e["by"]) for e in invoked] == [("echo", "caller")]
+
+
+BAD_CALLER = """
+from toren import define_tool
+
+async def bad_caller(args, ctx):
+    found = await ctx.invoke_tool("echo", {"text": args["text"]})
+    return f"{found.status}: {found.text}"
+
+tool = define_tool(
+    description="Invoke echo with what the model gave.",
+    input={"type": "object", "properties": {"text": {}}},
+    uses=["echo"],
+    handler=bad_caller,
+)
+"""
+
+
+async def test_invoke_tool_validates_the_invoked_tools_arguments(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    folder = make_agent(
+        tools={"bad_caller": BAD_CALLER, "echo": ECHO},
+        script=[step(call("bad_caller", "n", text=5), call("bad_caller", "s", text="ok")), "done"],
+    )
+    async with serve(client, [folder]):
+        await result_of(toren_client.run_agent(client, folder.name, "go", run_id=run_id))
+    events = render(await fetch_history(client, run_id))
+    results = {e["callId"]: e["result"] for e in events if e["type"] == "ToolCallCompleted"}
+    # Checked against echo's schema before its handler: the handler never saw the number.
+    assert results["n"] == "error: invalid arguments for echo: text: 5 is not of type 'string'"
+    assert results["s"] == f"success: echo:ok key={run_id}:1:s/echo#1"
 
 
 async def test_queued_gated_tool_parks_for_approval(
@@ -207,7 +239,7 @@ async def test_queued_gated_tool_parks_for_approval(
         calls = await wait_for(lambda: toren_client.pending(client, handle.id))
         assert calls[0].tool == "gated" and calls[0].call_id == "queued_1_1"
         await toren_client.approve(client, handle.id, "queued_1_1", by="ops")
-        result = await handle.result()
+        result = await result_of(handle)
         transcript = await handle.query("transcript")
     assert result.text == "last: gated ran"
     assert [m["role"] for m in transcript] == [
@@ -233,8 +265,8 @@ async def test_messages_arguments_and_injected_messages(
     folder = make_agent(tools={"talk": TALK})
     model = ScriptedModel([step(call("talk", "t")), after])
     async with serve(client, [folder], models={"mock/scripted": model}):
-        result = await toren_client.run_agent(
-            client, folder.name, "hello there", arguments={"plan": "gold"}
+        result = await result_of(
+            toren_client.run_agent(client, folder.name, "hello there", arguments={"plan": "gold"})
         )
     assert result.text == "ok: Also: the customer is a VIP."
     tool_result = seen[0][-2]
@@ -250,7 +282,7 @@ async def test_missing_variable_reaches_the_model_and_secrets_are_redacted(
     )
     monkeypatch.delenv("VAR_TOKEN", raising=False)
     async with serve(client, [folder]):
-        result = await toren_client.run_agent(client, folder.name, "go")
+        result = await result_of(toren_client.run_agent(client, folder.name, "go"))
     assert result.text == (
         "saw: tool use needs variable(s) VAR_TOKEN, missing from the worker's environment"
     )
@@ -258,7 +290,7 @@ async def test_missing_variable_reaches_the_model_and_secrets_are_redacted(
     monkeypatch.setenv("VAR_TOKEN", token)
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "saw: tool use failed: RuntimeError: token is [redacted]"
     assert token.encode() not in (await fetch_history(client, handle.id)).to_json().encode()
 
@@ -315,7 +347,7 @@ async def test_returned_attachment_round_trips_by_id_outside_history(
         client, [folder], environ={"SHA_FILE": str(sha_file)}, models={"mock/scripted": model}
     ):
         handle = await toren_client.start_run(client, folder.name, "chart it")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == f"sha {sha_file.read_text()}"
     history = await fetch_history(client, handle.id)
     size = sum(e.ByteSize() for e in history.events)

@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from tests.conftest import result_of
 from toren import client as toren_client
 from toren._plugin import TorenPlugin
 from toren.worker import serve
@@ -72,7 +73,7 @@ async def test_unanswered_call_is_denied_when_it_expires(
     client: Client = skipping.client
     async with serve(client, [folder], environ={"SENT_LOG": str(sent)}):
         handle = await toren_client.start_run(client, folder.name, "wire it")
-        result = await handle.result()  # the server skips the 2 days: nothing else is pending
+        result = await result_of(handle)  # the server skips the 2 days: nothing else is pending
     assert result.text == "model saw: denied by toren: approval expired after 2d"
     assert not sent.exists()
 
@@ -95,6 +96,6 @@ async def test_call_approved_before_expiry_runs(
             assert [c.call_id for c in calls] == ["wire"]
             assert calls[0].expires_at is not None
             await handle.signal("approve", {"call_id": "wire", "by": "treasurer"})
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "model saw: sent"
     assert sent.read_text() == "sent\n"

@@ -17,7 +17,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
 from toren._events import render
 from toren.worker import serve
@@ -73,7 +73,7 @@ async def test_a_tool_out_of_attempts_fails_closed_on_every_placement(
     )
     async with serve(client, [folder], environ={}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "model saw: tool failing failed closed after 3 attempts"
     assert log.read_text().split() == ["1", "2", "3"]  # exactly maxAttempts, no more, no fewer
     history = await fetch_history(client, handle.id)
@@ -110,7 +110,7 @@ async def test_an_mcp_server_dying_on_every_call_fails_closed(
     )
     async with serve(client, [folder], environ={}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "model saw: tool crashy__crash failed closed after 2 attempts"
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from temporalio.client import Client, WorkflowFailureError
 
-from tests.conftest import fetch_history, task_failures, wait_for
+from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
 from toren.models import ScriptedModel
 from toren.worker import serve
@@ -97,7 +97,7 @@ async def test_arbitrary_tool_arguments(client: Client, make_agent: Callable[...
             client, folder.name, "fuzz", run_id=f"{folder.name}-fuzz"
         )
         try:
-            result = await handle.result()
+            result = await result_of(handle)
             ok = result.text == "survived"
         except WorkflowFailureError as err:
             ok = "BudgetExceeded" in str(getattr(err.cause, "type", ""))
@@ -139,7 +139,7 @@ async def test_arbitrary_approval_payloads(client: Client, make_agent: Callable[
         still = await toren_client.pending(client, handle.id)
         assert [c.call_id for c in still] == ["g"]  # nothing random decided it
         await handle.signal("approve", {"call_id": "g", "by": "fuzz"})
-        result = await handle.result()
+        result = await result_of(handle)
         refused = await handle.query("refused_signals")
     history = await fetch_history(client, handle.id)
     FIGURES["runs"] += 1

@@ -17,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from tests.conftest import HISTORIES, task_failures
+from tests.conftest import HISTORIES, result_of, task_failures
 from toren import client as toren_client
 from toren.worker import serve
 
@@ -68,7 +68,7 @@ async def run_turns(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.steps == turns + 1 and result.tool_calls == turns
     # The first run's history: a continue-as-new (Temporal suggests one when history grows
     # large) would carry the transcript and hide the growth in a later run.
@@ -138,7 +138,7 @@ async def test_a_short_prompt_rides_in_the_first_model_call_and_a_long_one_is_as
         for prompt, misses in ((short, 0), (long, 1)):
             before = runtime.transcripts.misses
             handle = await toren_client.start_run(client, folder.name, prompt)
-            assert (await handle.result()).text == "done"
+            assert (await result_of(handle)).text == "done"
             assert runtime.transcripts.misses - before == misses, prompt[:12]
             history = await handle.fetch_history()
             HISTORIES.append(history.to_json().encode())

@@ -21,7 +21,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, Register
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
-from tests.conftest import DevServer, fetch_history, task_failures, wait_for
+from tests.conftest import DevServer, fetch_history, result_of, task_failures, wait_for
 from toren import UsageError
 from toren import _search_attributes as search_attributes
 from toren import client as toren_client
@@ -77,7 +77,7 @@ async def test_inbox_lists_waiting_calls_across_runs(
 
         for r in runs:
             await toren_client.approve(client, r.id, "g1", by="ops")
-            await r.result()
+            await result_of(r)
         desc = await runs[0].describe()
         assert desc.typed_search_attributes.get(STATUS) == "completed"
         assert desc.typed_search_attributes.get(PENDING) == 0
@@ -109,7 +109,7 @@ async def test_namespace_without_the_attributes_still_runs_and_setup_adds_them(
         handle = await toren_client.start_run(bare, folder.name, "go")
         await wait_for(lambda: toren_client.pending(bare, handle.id))
         await toren_client.approve(bare, handle.id, "g1")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "done"
     assert "lacks search attributes TorenAgent, TorenStatus, TorenPendingApprovals" in caplog.text
     assert "then restart this worker" in caplog.text
@@ -210,14 +210,14 @@ async def test_a_run_started_with_its_status_upserts_only_what_changes(
     folder = make_agent(script=["done"])
     async with serve(client, [folder]):
         started = await toren_client.start_run(client, folder.name, "go")
-        await started.result()
+        await result_of(started)
         plain = await client.start_workflow(
             "AgentRun",
             {"agent": folder.name, "prompt": "go"},
             id=f"plain-{uuid.uuid4().hex[:8]}",
             task_queue=folder.name,
         )
-        await plain.result()
+        await result_of(plain)
     upserted = {}
     for name, handle in (("toren", started), ("plain", plain)):
         history = await handle.fetch_history()

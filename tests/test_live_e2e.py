@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from temporalio.client import Client
 
-from tests.conftest import wait_for
+from tests.conftest import result_of, wait_for
 from toren import client as toren_client
 from toren.models._openai import OpenAIModel
 from toren.testing import free_port
@@ -118,7 +118,7 @@ async def test_streamed_text_reaches_an_sse_subscriber_before_the_call_completes
         # Read three items, drop the connection, resume from the last id seen.
         first = await read_sse(http, path, None, stop_after=3)
         rest = await read_sse(http, path, first[-1][0], stop_after=None)
-        result = await handle.result()
+        result = await result_of(handle)
         finished = time.monotonic()
         # The same stream through the Python client, from the start, after the run ended.
         live = toren_client.stream(client, handle.id)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from temporalio.client import Client, WorkflowFailureError
 
-from tests.conftest import ROOT, fetch_history, secret, wait_for
+from tests.conftest import ROOT, fetch_history, result_of, secret, wait_for
 from toren import client as toren_client
 from toren._events import format_event, render
 from toren.worker import serve
@@ -195,7 +195,7 @@ async def test_support_calls_park_and_made_up_arguments_never_reach_a_person(
         ]
         await toren_client.approve(client, handle.id, calls[0].call_id, by="tester")
         with pytest.raises(WorkflowFailureError) as err:
-            await handle.result()  # the small model would go on: the step budget ends it
+            await result_of(handle)  # the small model would go on: the step budget ends it
         transcript = await handle.query("transcript")
     assert getattr(err.value.cause, "type", None) == "BudgetExceeded"
 
@@ -238,7 +238,7 @@ async def test_a_burst_of_http_500_is_retried_and_every_attempt_is_logged(
     prompt = line(17)["request"]["messages"][1]["content"]
     async with serve(client, [folder], environ=environ(server)):
         handle = await toren_client.start_run(client, folder.name, prompt)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == reply_text(25)
     assert server.statuses == [500] * 8 + [200]
     assert all(r["temperature"] == 0 and r["seed"] == 42 for r in server.received)
@@ -270,7 +270,7 @@ async def test_a_reply_cut_at_max_tokens_is_explained_and_never_echoed(
     prompt = line(26)["request"]["messages"][1]["content"]
     async with serve(client, [folder], environ=environ(server)):
         handle = await toren_client.start_run(client, folder.name, prompt)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == reply_text(16)
     assert server.statuses == [200, 200, 200]  # never the recorded 500
     assert all(_json_object(a) for body in server.received for a in _arguments(body))

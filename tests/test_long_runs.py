@@ -16,7 +16,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.conftest import DevServer, task_failures, wait_for
+from tests.conftest import DevServer, result_of, task_failures, wait_for
 from toren import client as toren_client
 from toren.models import ScriptedModel
 from toren.worker import serve
@@ -64,7 +64,7 @@ async def test_two_thousand_turns_continue_as_new(
     started = time.monotonic()
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "count")
-        result = await handle.result()
+        result = await result_of(handle)
     elapsed = time.monotonic() - started
     assert result.steps == turns + 1
     assert result.tool_calls == turns
@@ -100,7 +100,7 @@ async def test_approvals_state_and_queries_cross_the_boundary(
         progress = await handle.query("progress")
         assert progress["step"] == 41
         await toren_client.approve(client, handle.id, "g", by="ops")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "end gated ran"
     assert result.steps == 42
     events = await toren_client.events(client, handle.id)
@@ -121,7 +121,7 @@ async def test_toren_replay_checks_every_run_of_a_chain(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        await handle.result()
+        await result_of(handle)
     runs = len(await toren_client.histories(client, handle.id))
     assert runs >= 2
     out = await asyncio.to_thread(

@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from tests.conftest import fetch_history, secret, task_failures, wait_for
+from tests.conftest import fetch_history, result_of, secret, task_failures, wait_for
 from toren import ConfigError, load_agent
 from toren import client as toren_client
 from toren._events import render
@@ -118,7 +118,7 @@ async def run(
     """Serve `folder`, run it to the end: its answer, history and finished calls by id."""
     async with serve(client, [folder], environ=environ or {}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)
     return result.text, history, completed(render(history))
@@ -203,11 +203,11 @@ async def test_a_server_that_died_idle_is_started_again_before_the_next_call(
         ],
     )  # fmt: skip
     async with serve(client, [folder], environ={"DEMO_STARTS": str(starts)}):
-        first = await toren_client.run_agent(client, folder.name, "go")
+        first = await result_of(toren_client.run_agent(client, folder.name, "go"))
         # The pid the server wrote is its own namespace's (it runs in bubblewrap): kill the
         # processes that run it, found by the environment they were given.
         kill_given(f"DEMO_STARTS={starts}")
-        second = await toren_client.run_agent(client, folder.name, "again")
+        second = await result_of(toren_client.run_agent(client, folder.name, "again"))
     # One attempt allowed: the second call only works because the pool restarted the server.
     assert (first.text, second.text) == ("got 3", "got 3")
     assert len(starts.read_text().split()) == 2
@@ -263,7 +263,7 @@ async def test_a_gated_mcp_tool_waits_for_approval(
             ("g", "demo__add", {"a": 20, "b": 22})
         ]
         await handle.signal("approve", {"call_id": "g", "by": "alice"})
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "sum 42"
 
 
@@ -323,7 +323,7 @@ async def test_a_server_down_at_start_joins_a_later_run(
         assert "remote__add" not in runtime.agents[agent_name].agent.tools  # down at start
         with serving_http(port):
             handle = await toren_client.start_run(client, folder.name, "go")
-            result = await handle.result()
+            result = await result_of(handle)
     assert result.text == "got 2"  # listed at the run's start, run by the dynamic activity
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)

@@ -17,7 +17,7 @@ from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import default as default_converter
 
-from tests.conftest import fetch_history, secret
+from tests.conftest import fetch_history, result_of, secret
 from toren import client as toren_client
 from toren._attempts import attempts_before
 from toren._events import format_event, render
@@ -59,7 +59,7 @@ async def failed_run(
     ):
         handle = await toren_client.start_run(client, folder.name, "hi")
         with pytest.raises(WorkflowFailureError) as err:
-            await handle.result()
+            await result_of(handle)
     return err.value, render(await fetch_history(client, handle.id))
 
 
@@ -82,7 +82,7 @@ async def test_429_and_500_are_retried_honouring_retry_after(
     environ = {"OPENAI_API_KEY": key}
     async with serve(client, [folder], environ=environ, models={"openai/gpt-4o-mini": model}):
         handle = await toren_client.start_run(client, folder.name, "hi")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "hello after retries"
     assert len(times) == 3
     assert times[1] - times[0] >= 2.9  # Retry-After: 3, not the 1 s first backoff
@@ -199,7 +199,7 @@ async def test_an_anthropic_reply_cut_inside_a_tool_call_is_explained(
         models={"anthropic/claude-x": model},
     ):
         handle = await toren_client.start_run(client, folder.name, "look it up")
-        assert (await handle.result()).text == "done"
+        assert (await result_of(handle)).text == "done"
     told = bodies[1]["messages"][-1]["content"][0]
     assert told["tool_use_id"] == "toolu_cut" and told["is_error"]
     assert told["content"].startswith(

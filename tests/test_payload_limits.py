@@ -8,7 +8,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
 from toren._events import render
 from toren.worker import serve
@@ -28,7 +28,7 @@ async def test_five_megabyte_tool_result_is_cut_with_a_note(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
         transcript = await handle.query("transcript")
     assert result.text == "went on"
     seen = transcript[2]["content"]
@@ -51,7 +51,7 @@ async def test_model_turn_near_two_megabytes_is_cut(
     )  # fmt: skip
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text.startswith("after invalid arguments for huge: not valid JSON")
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)

@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from tests.conftest import fetch_history, task_failures, wait_for
+from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from tests.user_app import UserFlow, shout
 from toren import AgentRuntime, RunError, TorenPlugin
 from toren import _plugin as toren_plugin
@@ -58,8 +58,10 @@ async def test_toren_plugin_beside_the_users_own_workflow_and_activity(
         activities=[shout],
         plugins=[plugin] if where == "worker" else [],
     ):
-        mine = await client.execute_workflow(
-            UserFlow.run, "hello", id=f"user-{uuid.uuid4().hex[:8]}", task_queue=queue
+        mine = await result_of(
+            client.execute_workflow(
+                UserFlow.run, "hello", id=f"user-{uuid.uuid4().hex[:8]}", task_queue=queue
+            )
         )
         handle = await toren_client.start_run(client, folder.name, "go")
         await wait_for(lambda: toren_client.pending(client, handle.id))

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren import ConfigError, load_agent
 from toren import client as toren_client
 from toren._events import render
@@ -88,7 +88,7 @@ async def test_background_run_is_started_polled_and_reported(
     async with serve(client, [parent, child]) as runtime:
         runtime.agents[parent.name].provider = model  # the child keeps its own script
         handle = await toren_client.start_run(client, parent.name, "go", run_id=f"{parent.name}-p")
-        result = await handle.result()
+        result = await result_of(handle)
     child_id = f"{handle.id}/research/r1"
     assert seen["started"] == {"run_id": child_id, "process": "research", "started": True}
     assert seen["check"]["run_id"] == child_id
@@ -97,7 +97,7 @@ async def test_background_run_is_started_polled_and_reported(
     assert (
         result.text == f"Background run {child_id} (research) completed. Output:\nthe answer is 42"
     )
-    child_result = await client.get_workflow_handle(child_id).result()
+    child_result = await result_of(client.get_workflow_handle(child_id))
     assert child_result["text"] == "the answer is 42"
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)

@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from tests.conftest import fetch_history
+from tests.conftest import fetch_history, result_of
 from toren import AgentRun
 from toren import client as toren_client
 from toren._events import render
@@ -199,7 +199,7 @@ async def test_a_run_on_the_dev_server_schedules_no_activity_for_the_provider_to
         models={"anthropic/claude-x": model},
     ):
         handle = await toren_client.start_run(client, folder.name, "what is temporal?")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "All done." and result.steps == 2
     assert result.tool_calls == 1  # the lookup; the search ran inside the model call
 
@@ -265,7 +265,7 @@ async def test_a_plain_call_of_a_provider_tool_runs_nothing(
         models={"anthropic/claude-x": script},
     ):
         handle = await toren_client.start_run(client, folder.name, "search")
-        assert (await handle.result()).text == "ok"
+        assert (await result_of(handle)).text == "ok"
     history = await fetch_history(client, handle.id)
     assert not [
         e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

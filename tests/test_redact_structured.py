@@ -18,7 +18,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from tests.conftest import fetch_history, secret, task_failures
+from tests.conftest import fetch_history, result_of, secret, task_failures
 from toren import client as toren_client
 from toren._events import render
 from toren._redact import MARKER
@@ -106,7 +106,7 @@ async def test_a_secret_in_a_repr_or_bytes_inside_a_dict_is_redacted(
     seen: list[str] = []
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        assert (await handle.result()).text == "done"
+        assert (await result_of(handle)).text == "done"
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)
 

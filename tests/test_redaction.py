@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus
 
 import pytest
 from google.protobuf.message import Message
@@ -23,16 +23,18 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import HISTORIES, secret, task_failures
+from tests._secret_oracle import encodings
+from tests.conftest import keep_history, result_of, secret, task_failures
 from tests.test_context import ECHO
 from toren import client as toren_client
-from toren._redact import MARKER, Redactor, forms
+from toren._redact import MARKER, Redactor
 from toren._types import ApprovalQuestion
 from toren.activities import AgentRuntime
 from toren.models import ModelReply, ModelRequest, ScriptedModel
 from toren.worker import serve
 
 LEAK = """
+from urllib.parse import quote, quote_plus
 from temporalio.exceptions import ApplicationError
 from toren import Attachment, ToolResult, define_tool
 
@@ -64,6 +66,9 @@ async def leak(args, ctx):
         return f"{found.status}: {found.text}"
     if path == "optional":
         return "region " + region
+    if path == "url":
+        phrase = ctx.env["REDACT_PHRASE"]
+        return f"GET https://api.example/v1/{quote(phrase)}?token={quote_plus(phrase)}"
     if path == "attachment":
         return ToolResult(result="attached " + key, attachments=[
             Attachment(name=f"{key}.txt", mime_type="text/plain", data=quoted.encode())])
@@ -103,7 +108,7 @@ tool = define_tool(description="Always asks Temporal to retry.", max_attempts=2,
 """
 
 PATHS = ["result", "state", "emit", "inject", "queue", "invoke", "invoke_var", "optional",
-         "attachment", "raise"]  # fmt: skip
+         "url", "attachment", "raise"]  # fmt: skip
 
 
 class FailsOnce:
@@ -147,8 +152,10 @@ async def test_no_secret_reaches_any_payload_of_the_chain(
     quoted = secret(f'q"uo\\té-{tag}')  # a quote, a backslash and non-ASCII: escaped in JSON
     region = secret(f"region-{tag}")
     variable = secret(f"var-{tag}-tok")
+    phrase = secret(f"pass phrase/{tag}+x")  # in a URL: `+` or `%20` for the space, `/` or not
     for name, value in [("REDACT_KEY", key), ("REDACT_QUOTED", quoted),
-                        ("REDACT_REGION", region), ("REDACT_VAR", variable)]:  # fmt: skip
+                        ("REDACT_REGION", region), ("REDACT_VAR", variable),
+                        ("REDACT_PHRASE", phrase)]:  # fmt: skip
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TOREN_ATTACHMENTS", str(tmp_path / "store"))
 
@@ -171,12 +178,15 @@ async def test_no_secret_reaches_any_payload_of_the_chain(
     model = FailsOnce(ScriptedModel(steps), key)
     folder = make_agent(
         tools={"leak": LEAK, "echo": ECHO, "inner": INNER, "flaky": FLAKY},
-        env={"required": ["REDACT_KEY", "REDACT_QUOTED"], "optional": {"REDACT_REGION": "eu"}},
+        env={
+            "required": ["REDACT_KEY", "REDACT_QUOTED", "REDACT_PHRASE"],
+            "optional": {"REDACT_REGION": "eu"},
+        },
         limits={"maxStepsPerTask": 100, "continueAsNewAfterEvents": 100},
     )
     async with serve(client, [folder], models={"mock/scripted": model}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
         latest = client.get_workflow_handle(handle.id)
         state = await latest.query("state")
         events = await latest.query("events")
@@ -199,6 +209,7 @@ async def test_no_secret_reaches_any_payload_of_the_chain(
         f"success: echo:{MARKER}",
         f"error: tool inner failed: RuntimeError: variable is {MARKER}",
         f"region {MARKER}",
+        f"GET https://api.example/v1/{MARKER}?token={MARKER}",
     ]
     assert tools[: len(expected)] == expected
     assert tools[len(expected)].startswith(f"attached {MARKER}\n[attachments: {MARKER}.txt (")
@@ -213,19 +224,20 @@ async def test_no_secret_reaches_any_payload_of_the_chain(
     for history in chain:
         assert not task_failures(history)
         raw = History(events=history.events).SerializeToString()
-        HISTORIES.extend([history.to_json().encode(), raw])  # the suite-wide search too
+        keep_history(client, history)  # the secret oracle searches it too
         everything.append(raw)
         for event in history.events:
             for payload in _payloads(event):
                 decoded = client.data_converter.payload_converter.from_payloads([payload])[0]
                 everything.append(json.dumps(decoded, ensure_ascii=False, default=str).encode())
     assert sum(1 for b in everything if MARKER.encode() in b) > 10
+    # The oracle's own encodings, not the redactor's `forms`: a form it forgets is searched.
     hits = [
         (s, f)
-        for s in (key, quoted, region, variable)
-        for f in forms(s)
+        for s in (key, quoted, region, variable, phrase)
+        for f in encodings(s)
         for blob in everything
-        if f.encode() in blob
+        if f in blob
     ]
     assert not hits
     # The failures themselves are in history (the last attempt's, and the one before a retry).
@@ -263,16 +275,21 @@ def test_every_form_of_a_secret_is_redacted() -> None:
     value = 'pa"ss\\wörd/+ 1'
     redactor = Redactor([value, "abc"])
     assert redactor.secrets == (value,)  # too short to redact: "abc"
-    for text in [
-        value,
-        json.dumps({"v": value}),
-        json.dumps({"v": value}, ensure_ascii=False),
-        json.dumps(json.dumps({"v": value})),
-        repr({"v": value}),
-        f"https://h/?k={quote(value, safe='')}",
-    ]:
-        assert value not in redactor.text(text)
-        assert MARKER in redactor.text(text)
+    # Each text holds the secret in one encoding; after redaction the marker stands where the
+    # whole encoded form was, and nothing else changed.
+    cases = {
+        value: MARKER,
+        f"x {value} y": f"x {MARKER} y",
+        json.dumps({"v": value}): json.dumps({"v": MARKER}),
+        json.dumps({"v": value}, ensure_ascii=False): json.dumps({"v": MARKER}),
+        json.dumps(json.dumps({"v": value})): json.dumps(json.dumps({"v": MARKER})),
+        repr({"v": value}): repr({"v": MARKER}),
+        f"https://h/?k={quote(value, safe='')}&n=1": f"https://h/?k={MARKER}&n=1",
+        f"https://h/{quote(value)}/x": f"https://h/{MARKER}/x",  # `/` left as it is
+        f"https://h/?k={quote_plus(value)}&n=1": f"https://h/?k={MARKER}&n=1",  # `+` for space
+    }
+    for text, expected in cases.items():
+        assert redactor.text(text) == expected, text
     url = "postgresql://agent:s%40cret-pw@db/shop"
     assert (
         Redactor([url]).text("auth failed for s@cret-pw at db") == f"auth failed for {MARKER} at db"
@@ -298,5 +315,5 @@ tool = define_tool(description="Fetch.", timeout_ms={timeout_ms}, handler=fetch)
         script=[{"tool_calls": [{"name": "fetch", "args": {}}]}, "saw: {last_tool_result}"],
     )
     async with serve(client, [folder]):
-        result = await toren_client.run_agent(client, folder.name, "go")
+        result = await result_of(toren_client.run_agent(client, folder.name, "go"))
     assert result.text == "saw: tool fetch failed: TimeoutError: upstream took too long"

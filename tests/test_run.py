@@ -15,7 +15,15 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer
 
-from tests.conftest import ROOT, fetch_history, secret, task_failures, wait_for
+from tests.conftest import (
+    RESULT_TIMEOUT_S,
+    ROOT,
+    fetch_history,
+    result_of,
+    secret,
+    task_failures,
+    wait_for,
+)
 from toren import AgentRun, RunResult
 from toren import client as toren_client
 from toren._plugin import workflow_runner
@@ -96,7 +104,7 @@ def call(tool: str, id: str | None = None, **args: Any) -> dict[str, Any]:
 
 async def run(client: Client, folder: Path, prompt: str = "go", **kwargs: Any) -> RunResult:
     agent = folder.name
-    return await toren_client.run_agent(client, agent, prompt, **kwargs)
+    return await result_of(toren_client.run_agent(client, agent, prompt, **kwargs))
 
 
 def tool_results(history: Any) -> list[str]:
@@ -130,8 +138,10 @@ async def test_startable_by_name_with_plain_json(
     async with serve(client, [folder]):
         # The default data converter, a dict, a workflow type by name: what any SDK sends.
         plain = await Client.connect(dev_server.address)
-        result = await plain.execute_workflow(
-            "AgentRun", {"agent": name, "prompt": "hi"}, id=f"{name}-plain", task_queue=name
+        result = await result_of(
+            plain.execute_workflow(
+                "AgentRun", {"agent": name, "prompt": "hi"}, id=f"{name}-plain", task_queue=name
+            )
         )
         assert result["text"] == "plain json works"
         cli = ROOT / ".venv" / "bin" / "temporal"
@@ -167,7 +177,7 @@ async def test_bad_calls_become_error_results(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "recovered"
     history = await fetch_history(client, handle.id)
     results = tool_results(history)
@@ -226,7 +236,7 @@ async def test_handler_exception_is_an_error_result_not_retried_and_redacted(
     )
     async with serve(client, [folder], environ={"BOOM_TOKEN": token}):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "saw: tool boom failed: RuntimeError: disk on fire with token [redacted]"
     history = await fetch_history(client, handle.id)
     started = [
@@ -253,7 +263,7 @@ async def test_idempotency_keys_are_per_call(
         handle = await toren_client.start_run(
             client, folder.name, "go", run_id=f"{folder.name}-keys"
         )
-        await handle.result()
+        await result_of(handle)
     keys = {
         json.loads(line)["name"]: json.loads(line)["key"]
         for line in record_file.read_text().splitlines()
@@ -265,6 +275,74 @@ async def test_idempotency_keys_are_per_call(
     }
 
 
+RETRIED = """
+import json
+from temporalio.exceptions import ApplicationError
+from toren import define_tool
+
+def retried(args, ctx):
+    with open(ctx.env["RECORD_FILE"], "a") as f:
+        f.write(json.dumps({"key": ctx.idempotency_key, "attempt": ctx.attempt}) + "\\n")
+    if ctx.attempt < args["succeed_on"]:
+        raise ApplicationError("upstream 503, try again")  # retryable: Temporal retries
+    return f"done on attempt {ctx.attempt}"
+
+tool = define_tool(
+    description="Fails until an attempt, recording each.",
+    input={"type": "object", "properties": {"succeed_on": {"type": "integer"}}},
+    effects="external",
+    idempotency="keyed",
+    max_attempts=2,
+    handler=retried,
+)
+"""
+
+
+def attempts_of(record_file: Path) -> list[tuple[str, int]]:
+    return [
+        (json.loads(line)["key"], json.loads(line)["attempt"])
+        for line in record_file.read_text().splitlines()
+    ]
+
+
+async def test_the_idempotency_key_is_the_same_on_a_real_retry(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, run_id: str
+) -> None:
+    record_file = tmp_path / "calls.jsonl"
+    folder = make_agent(
+        tools={"retried": RETRIED},
+        script=[{"tool_calls": [call("retried", id="a", succeed_on=2)]}, "{last_tool_result}"],
+        env={"required": ["RECORD_FILE"]},
+    )
+    async with serve(client, [folder], environ={"RECORD_FILE": str(record_file)}):
+        result = await run(client, folder, run_id=run_id)
+    assert result.text == "done on attempt 2"
+    assert attempts_of(record_file) == [(f"{run_id}:1:a", 1), (f"{run_id}:1:a", 2)]
+
+
+async def test_max_attempts_runs_exactly_that_many_attempts_then_fails_closed(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path, run_id: str
+) -> None:
+    record_file = tmp_path / "calls.jsonl"
+    folder = make_agent(
+        tools={"retried": RETRIED},
+        script=[{"tool_calls": [call("retried", id="a", succeed_on=99)]}, "{last_tool_result}"],
+        env={"required": ["RECORD_FILE"]},
+    )
+    async with serve(client, [folder], environ={"RECORD_FILE": str(record_file)}):
+        result = await run(client, folder, run_id=run_id)
+    assert result.text == "tool retried failed closed after 2 attempts"
+    # Counted where the handler ran, not built from the limit: attempts 1 and 2, no third.
+    assert [attempt for _, attempt in attempts_of(record_file)] == [1, 2]
+    history = await fetch_history(client, run_id)
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert 2 in started and max(started) == 2
+
+
 async def test_max_steps_budget_fails_the_run_clearly(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
@@ -274,12 +352,19 @@ async def test_max_steps_budget_fails_the_run_clearly(
         limits={"maxStepsPerTask": 3},
     )
     async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as err:
-            await run(client, folder)
+            await asyncio.wait_for(handle.result(), RESULT_TIMEOUT_S)
     cause = err.value.cause
     assert "run exceeded maxStepsPerTask=3 without a final answer" in str(cause)
     assert getattr(cause, "type", None) == "BudgetExceeded"
     assert getattr(cause, "non_retryable", None) is True
+    # Where it stopped: three model calls and their three tool calls, not one more or less.
+    from toren._events import render
+
+    events = render(await fetch_history(client, handle.id))
+    assert [e["type"] for e in events].count("LlmCallStarted") == 3
+    assert tool_results(await fetch_history(client, handle.id)) == ["echo:0", "echo:1", "echo:2"]
 
 
 async def test_wall_clock_budget_ends_the_run_and_cancels_calls(
@@ -294,7 +379,7 @@ async def test_wall_clock_budget_ends_the_run_and_cancels_calls(
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
         with pytest.raises(WorkflowFailureError) as err:
-            await handle.result()
+            await result_of(handle)
     assert "run exceeded maxWallClockMin=0.05" in str(err.value.cause)
     history = await fetch_history(client, handle.id)
     types = [e.event_type for e in history.events]
@@ -312,7 +397,7 @@ async def test_max_attempts_per_task_is_the_default_retry_policy(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        await handle.result()
+        await result_of(handle)
     history = await fetch_history(client, handle.id)
     policies = {
         e.activity_task_scheduled_event_attributes.activity_type.name: (
@@ -332,7 +417,7 @@ async def test_events_render_the_run(client: Client, make_agent: Callable[..., P
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        await handle.result()
+        await result_of(handle)
     events = await toren_client.events(client, handle.id)
     assert [e["type"] for e in events] == [
         "RunStarted",
@@ -372,7 +457,7 @@ async def test_history_replays_against_current_code(
         handle = await toren_client.start_run(client, folder.name, "go")
         await wait_for(lambda: toren_client.pending(client, handle.id))
         await handle.signal("approve", {"call_id": "g", "by": "test"})
-        await handle.result()
+        await result_of(handle)
     history = await fetch_history(client, handle.id)
     replayer = Replayer(workflows=[AgentRun], workflow_runner=workflow_runner())
     await replayer.replay_workflow(history)
@@ -388,7 +473,7 @@ async def test_worker_without_the_agent_fails_the_run_with_a_clear_error(
             task_queue=folder.name,
         )  # fmt: skip
         with pytest.raises(WorkflowFailureError) as err:
-            await handle.result()
+            await result_of(handle)
     assert "this worker does not serve agent 'someone_else'" in str(err.value.cause)
     assert getattr(err.value.cause, "type", None) == "UnknownAgent"
 
@@ -406,7 +491,7 @@ async def test_short_pure_lookups_run_as_local_activities(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "done echo:b"
     history = await fetch_history(client, handle.id)
     scheduled = [
@@ -457,7 +542,7 @@ async def test_only_a_call_with_a_long_timeout_gets_the_heartbeat_timeout(
     )
     async with serve(client, [folder]):
         run = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
-        await run.result()
+        await result_of(run)
     history = await fetch_history(client, run_id)
     heartbeat = {
         e.activity_task_scheduled_event_attributes.activity_type.name.split(".")[-1]: (

@@ -20,7 +20,7 @@ import pytest
 from temporalio.client import Client
 
 import toren.tools._sandbox as sandbox
-from tests.conftest import fetch_history, history_bytes, secret
+from tests.conftest import fetch_history, history_bytes, result_of, secret
 from toren import CodeRun, SandboxError, ToolContext
 from toren import client as toren_client
 from toren._config import AgentConfig
@@ -128,7 +128,7 @@ def run_calls(client: Client, make_agent: Callable[..., Path], workspaces: Path)
         run_id = f"{folder.name}-{uuid.uuid4().hex[:6]}"
         async with serve(client, [folder]):
             handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
-            await handle.result()
+            await result_of(handle)
         events = render(await fetch_history(client, handle.id))
         done = {e["callId"]: e["result"] for e in events if e["type"] == "ToolCallCompleted"}
         return run_id, {cid: _parse(text) for cid, text in done.items()}
@@ -333,7 +333,7 @@ async def test_code_calls_of_one_turn_run_in_order(
     run_id = f"{folder.name}-{uuid.uuid4().hex[:6]}"
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
-        await handle.result()
+        await result_of(handle)
     events = render(await fetch_history(client, run_id))
     order = [(e["type"], e["callId"]) for e in events if e["type"].startswith("ToolCall")]
     assert order == [

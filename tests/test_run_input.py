@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren._events import render
 from toren.testing import temporal_cli
 from toren.worker import serve
@@ -80,7 +81,7 @@ async def test_wrong_inputs_fail_at_once_naming_the_key(
             kinds = [e["type"] for e in render(history)]
             assert kinds[0] == "RunStarted" and kinds[-1] == "RunFailed", label
         ok = await start_raw(plain, folder.name, {"agent": folder.name, "prompt": "hi"})
-        assert (await ok.result())["text"] == "fine"
+        assert (await result_of(ok))["text"] == "fine"
 
 
 json_values = st.recursive(
@@ -93,15 +94,29 @@ json_values = st.recursive(
 async def test_random_json_inputs_all_close(
     client: Client, make_agent: Callable[..., Path], dev_server: Any
 ) -> None:
-    folder = make_agent(script=["fine"])
+    folder = make_agent(script=["fine"] * 10)  # earlier assistant messages skip steps
     plain = await Client.connect(dev_server.address)
     agent = folder.name
     examples: list[Any] = []
+
+    valid = st.fixed_dictionaries(
+        {"agent": st.just(agent), "prompt": st.text(max_size=8)},
+        optional={
+            "arguments": st.dictionaries(st.text(max_size=4), json_values, max_size=2),
+            "messages": st.lists(
+                st.fixed_dictionaries(
+                    {"role": st.just("user"), "content": st.text(max_size=8)}
+                ),  # the script counts replies
+                max_size=2,
+            ),
+        },
+    )
 
     @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
     @given(
         st.one_of(
             json_values,
+            valid,
             st.fixed_dictionaries(
                 {"agent": st.sampled_from([agent, "", "Nope", 5])},
                 optional={"prompt": json_values | st.text(max_size=8), "arguments": json_values,
@@ -114,17 +129,69 @@ async def test_random_json_inputs_all_close(
         examples.append(value)
 
     collect()
+    # And a valid input with each key set to each kind of value: most are wrong in that key
+    # alone, so a check that lets one kind of mistake through is caught (random inputs are
+    # seldom wrong in one place only).
+    keys = ["agent", "prompt", "arguments", "messages", "attachments", "carry", "extra", "Prompt"]
+    values = [None, 5, "x", [1], {}, [{"role": "user", "content": "c"}], ["id"]]
+    examples += [{"agent": agent, "prompt": "p", key: v} for key in keys for v in values]
+    # Valid inputs too, so a parser that refuses everything fails this test as well.
+    examples += [{"agent": agent, "prompt": "hi"},
+                 {"agent": agent, "prompt": "", "arguments": {}, "messages": [], "carry": None}]  # fmt: skip
     async with serve(client, [folder]):
         handles = [await start_raw(plain, agent, raw) for raw in examples]
         for raw, handle in zip(examples, handles, strict=True):
+            expected = expected_outcome(raw, agent)
             try:
-                await asyncio.wait_for(handle.result(), timeout=30)
+                result = await asyncio.wait_for(handle.result(), timeout=30)
             except WorkflowFailureError as err:
-                assert isinstance(
-                    err.value.cause if hasattr(err, "value") else err.cause, ApplicationError
-                )
+                assert expected != "fine", (raw, err.cause)
+                assert isinstance(err.cause, ApplicationError), (raw, err.cause)
+                assert err.cause.non_retryable, raw
+                if expected in ("invalid", "unknown"):
+                    kind = "InvalidRunInput" if expected == "invalid" else "UnknownAgent"
+                    assert err.cause.type == kind, (raw, err.cause)
+            else:
+                assert expected in ("fine", "either"), (raw, result)  # a wrong input never runs
+                assert result["text"] == "fine", raw
             history = await fetch_history(client, handle.id)
             assert not task_failures(history), raw
+
+
+ROLES = {"user", "assistant", "tool", "system"}
+
+
+def _is_message(m: Any) -> bool:
+    return (
+        isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str | None)
+    )
+
+
+def expected_outcome(raw: Any, agent: str) -> str:
+    """What a run started with `raw` must do, decided here and not by toren's parser.
+
+    `invalid`: fail at once with InvalidRunInput. `unknown`: fail with UnknownAgent (a well-formed
+    name this worker does not serve). `fine`: run and answer "fine". `either`: a
+    valid input whose attachment ids do not exist (the run may fail on them, but not as input).
+    """
+    if not isinstance(raw, dict):
+        return "invalid"
+    messages, attachments = raw.get("messages"), raw.get("attachments")
+    valid = (
+        set(raw) <= {"agent", "prompt", "arguments", "messages", "attachments", "carry"}
+        and isinstance(raw.get("agent"), str)
+        and re.fullmatch("[a-z][a-z0-9_]*", raw["agent"]) is not None  # an agent's name
+        and isinstance(raw.get("prompt"), str)
+        and (raw.get("arguments") is None or isinstance(raw["arguments"], dict))
+        and raw.get("carry") is None  # only toren sets it, when a run continues as new
+        and (messages is None or (isinstance(messages, list) and all(map(_is_message, messages))))
+        and (attachments is None or (isinstance(attachments, list) and all(isinstance(a, str) for a in attachments)))
+    )  # fmt: skip
+    if not valid:
+        return "invalid"
+    if raw["agent"] != agent:
+        return "unknown"
+    return "either" if attachments else "fine"
 
 
 async def test_a_bug_in_workflow_code_fails_the_run_instead_of_retrying(

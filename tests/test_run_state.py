@@ -22,7 +22,7 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
 from toren._types import RunInput, RunState
 from toren.worker import serve
@@ -93,7 +93,7 @@ async def test_every_field_arrives_after_continue_as_new(client: Client) -> None
             id=f"probe-{uuid.uuid4().hex[:8]}",
             task_queue=queue,
         )
-        arrived = await handle.result()
+        arrived = await result_of(handle)
     history = await fetch_history(client, handle.id)
     started = history.events[0].workflow_execution_started_event_attributes
     assert started.continued_execution_run_id, "the state arrived through continue-as-new"
@@ -154,7 +154,7 @@ async def test_a_child_notice_pending_at_continue_as_new_reaches_the_model(
 
         runtime.agents[agent_name].provider = ScriptedModel([start, *ticks, *naps, final])
         handle = await toren_client.start_run(client, agent_name, "go", run_id=f"{agent_name}-r")
-        result = await handle.result()
+        result = await result_of(handle)
     child_id = f"{handle.id}/slow/p1"
     assert (
         result.text

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from tests.conftest import fetch_history
+from tests.conftest import fetch_history, result_of
 from toren import client as toren_client
 from toren._events import render
 from toren.worker import serve
@@ -71,8 +71,8 @@ async def _run_beside_another(
     async with serve(client, [hog, other]):
         handle = await toren_client.start_run(client, hog.name, "go")
         other_handle = await toren_client.start_run(client, other.name, "hello")
-        await other_handle.result()  # the worker serves others meanwhile
-        await handle.result()
+        await result_of(other_handle)  # the worker serves others meanwhile
+        await result_of(handle)
     events = render(await fetch_history(client, handle.id))
     [done] = [e for e in events if e["type"] == "ToolCallCompleted" and e["callId"] == "b"]
     result: dict[str, Any] = json.loads(done["result"])
@@ -190,7 +190,7 @@ async def test_a_sparse_file_counts_whole_and_never_reaches_the_store(
     )  # fmt: skip
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go")
-        await handle.result()
+        await result_of(handle)
     events = render(await fetch_history(client, handle.id))
     done = {e["callId"]: e for e in events if e["type"] == "ToolCallCompleted"}
     assert "(workspaceMB: 10)" in done["b"]["result"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from tests.conftest import DevServer, fetch_history, secret, task_failures, wait_for
+from tests.conftest import DevServer, fetch_history, result_of, secret, task_failures, wait_for
 from toren import client as toren_client
 from toren.client import StreamEvent
 from toren.worker import serve
@@ -103,7 +103,7 @@ async def test_deltas_arrive_while_the_model_writes_and_add_up_to_the_message(
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "where?", run_id=run_id)
         events, live = await collect(client, run_id, on=on)
-        result = await handle.result()
+        result = await result_of(handle)
         # A reader that joins after the end, or reconnects from an offset, misses nothing
         # (a finished run's stream is read with a query: a worker answers it).
         late, late_live = await collect(client, run_id)
@@ -145,7 +145,7 @@ async def test_tool_progress_arrives_while_the_tool_runs(
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
         events, _ = await collect(client, run_id, on=on)
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.text == "finished: slow done"
     assert running_at_progress == [True], "the emit arrived only after the tool had finished"
     kinds = [e.type for e in events]
@@ -224,7 +224,7 @@ async def test_stream_false_publishes_no_deltas_and_the_run_works(
     )
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
-        result = await handle.result()
+        result = await result_of(handle)
         events, _ = await collect(client, run_id)
     assert result.text == ANSWER
     kinds = {e.type for e in events}
@@ -288,7 +288,7 @@ async def test_published_items_hold_no_secret(
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
         events, live = await collect(client, run_id)
-        await handle.result()
+        await result_of(handle)
     assert live.text == "the token is [redacted], and again [redacted]"
     assert any(e.type == "tool_progress" for e in events)
     arguments = "".join(e.data["arguments"] for e in events if e.type == "tool_call_delta")
@@ -307,7 +307,7 @@ async def test_a_quick_model_calls_items_ride_in_its_result_and_reach_readers_wh
     folder = make_agent(script=[{"tool_calls": [call]}, "done"])
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
-        await handle.result()
+        await result_of(handle)
         events, _ = await collect(client, run_id)
     deltas = [e.data for e in events if e.type == "tool_call_delta"]
     assert [(d["run_id"], d["step"], d["attempt"], d["id"]) for d in deltas] == [
@@ -357,7 +357,7 @@ async def test_a_malformed_publish_signal_is_dropped_and_the_run_goes_on(
                 "__temporal_workflow_stream_publish", bad
             )
         await toren_client.decide(client, run_id, "g", approved=True)
-        result = await handle.result()
+        result = await result_of(handle)
         events, _ = await collect(client, run_id)
     assert result.text
     assert not task_failures(await fetch_history(client, run_id))

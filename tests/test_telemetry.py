@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from tests.conftest import DevServer, fetch_history, secret
+from tests.conftest import DevServer, fetch_history, result_of, secret
 from toren import client as toren_client
 from toren._plugin import TorenPlugin, workflow_runner
 from toren._telemetry import CAPTURE_VAR, Telemetry
@@ -85,7 +85,7 @@ async def run_traced(
         handle = await toren_client.start_run(traced, folder.name, prompt or "go: " + token)
         await toren_client.wait_for_approval(traced, handle.id, timeout=30)
         await toren_client.approve(traced, handle.id, "g1", by="ops")
-        await handle.result()
+        await result_of(handle)
     return handle.id
 
 

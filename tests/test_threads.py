@@ -15,7 +15,7 @@ import pytest
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
-from tests.conftest import DevServer, fetch_history, secret, task_failures, wait_for
+from tests.conftest import DevServer, fetch_history, result_of, secret, task_failures, wait_for
 from toren import client as toren_client
 from toren._events import render
 from toren.errors import RunError, UsageError
@@ -109,7 +109,7 @@ async def test_signal_queues_and_close_answers_the_rest(
         answer = await toren_client.send_message(client, thread.id, "by update")
         assert answer["text"] == "saw: by signal | by update"
         await toren_client.close_thread(client, thread.id, wait=False)
-        result = await thread.result()
+        result = await result_of(thread)
         with pytest.raises(RunError, match="is closed") as refused:
             await toren_client.send_message(client, thread.id, "too late")
         assert refused.value.kind == "ThreadClosed"
@@ -163,7 +163,7 @@ async def test_bad_ids_are_refused_at_start(
             task_queue=folder.name,
         )
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
     text = str(failed.value.cause)
     assert "thread id" in text and "'user_id' 'bad user!' is not an identifier" in text
     assert not task_failures(await fetch_history(client, handle.id))
@@ -371,7 +371,7 @@ tool = define_tool(description="Needs a person.", approval="always", handler=lam
         with pytest.raises(RunError, match="closed") as failed:
             await asyncio.wait_for(sending, timeout=30)
         assert failed.value.kind == "ThreadClosed"
-        result = await thread.result()
+        result = await result_of(thread)
     assert (result.executions, result.closed_by) == (1, "close by ops")
     history = await fetch_history(client, thread.id)
     assert not task_failures(history)

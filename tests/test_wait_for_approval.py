@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from tests.conftest import result_of
 from toren import ApprovalWaitError
 from toren.client import approve, start_run, wait_for_approval
 from toren.worker import serve
@@ -34,7 +35,7 @@ async def test_waits_for_the_gated_call_then_the_run_finishes(
         calls = await wait_for_approval(client, handle.id, timeout=30)
         assert [c.call_id for c in calls] == ["call_pay"]
         await approve(client, handle.id, "call_pay", by="alice")
-        assert (await handle.result()).text == "paid"
+        assert (await result_of(handle)).text == "paid"
 
 
 async def test_a_run_that_closes_first_is_an_error(
@@ -43,7 +44,7 @@ async def test_a_run_that_closes_first_is_an_error(
     folder = make_agent(script=["nothing to approve"])
     async with serve(client, [folder]):
         handle = await start_run(client, agent_name, "hi")
-        await handle.result()
+        await result_of(handle)
         with pytest.raises(ApprovalWaitError, match=r"closed \(completed\) before any call"):
             await wait_for_approval(client, handle.id, timeout=5)
 

@@ -29,7 +29,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from tests.conftest import DevServer, wait_for
+from tests.conftest import DevServer, result_of, wait_for
 from toren.errors import UsageError
 from toren.testing import free_port
 from toren.web import Token, create_app, parse_tokens, serve
@@ -528,7 +528,7 @@ async def test_sse_reconnecting_with_last_event_id_misses_nothing_and_repeats_no
         ids = [e["id"] for e in received]
         assert ids == sorted(set(ids))  # each offset once, in order
         assert all(e["data"]["run_id"] == run_id for e in received)
-        assert await handle.result() == {"text": "done"}
+        assert await result_of(handle) == {"text": "done"}
 
         # After the run: `?from=` replays from an offset; Last-Event-ID wins over it.
         r = await http.get(f"{url}?from={ids[3]}")
@@ -547,7 +547,7 @@ async def test_sse_reconnecting_with_last_event_id_misses_nothing_and_repeats_no
         r = await http.get(f"/v1/threads/{thread.id}/stream")
         got = [(e["data"]["execution"], e["data"]["type"]) for e in sse(r.text.splitlines())]
         assert got == [(1, "step"), (1, "run_completed"), (2, "step"), (2, "run_completed")]
-        assert await thread.result() == {"closed": True}
+        assert await result_of(thread) == {"closed": True}
 
 
 async def test_a_finished_runs_stream_is_served_whole(
@@ -559,7 +559,7 @@ async def test_a_finished_runs_stream_is_served_whole(
     async with serve_agents(client, [folder]), api(app) as http:
         run = await http.post("/v1/runs", json={"agent": folder.name, "prompt": "x"})
         run_id = run.json()["run_id"]
-        await client.get_workflow_handle(run_id).result()
+        await result_of(client.get_workflow_handle(run_id))
         r = await http.get(f"/v1/runs/{run_id}/stream")
         assert r.status_code == 200
         items = sse(r.text.splitlines())
@@ -600,7 +600,7 @@ async def test_generated_requests_get_no_5xx_and_conforming_answers(
                 thread = await http.post("/v1/threads", json={"agent": chat.name})
                 done = await http.post("/v1/runs", json={"agent": chat.name, "prompt": "hi"})
                 run_id, thread_id = run.json()["run_id"], thread.json()["thread_id"]
-                await client.get_workflow_handle(done.json()["run_id"]).result()
+                await result_of(client.get_workflow_handle(done.json()["run_id"]))
 
                 async def parked() -> Any:
                     return (await http.get(f"/v1/runs/{run_id}/pending")).json().get("pending")

@@ -25,7 +25,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from tests.conftest import fetch_history, secret, task_failures
+from tests.conftest import fetch_history, result_of, secret, task_failures
 from toren import client as toren_client
 from toren._events import render
 from toren._redact import MARKER
@@ -130,7 +130,7 @@ async def test_a_prying_mcp_server_and_tool_get_no_worker_secret_into_history(
     )
     try:
         handle = await toren_client.start_run(client, folder.name, "go")
-        assert (await handle.result()).text == "done"
+        assert (await result_of(handle)).text == "done"
     finally:
         worker.kill()
         worker.wait()

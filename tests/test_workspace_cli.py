@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from tests.conftest import fetch_history
+from tests.conftest import fetch_history, result_of
 from toren import client as toren_client
 from toren._events import render
 from toren.worker import serve
@@ -52,7 +52,7 @@ async def test_versions_in_history_download_and_prune(
     )  # fmt: skip
     async with serve(client, [folder]):
         handle = await toren_client.start_run(client, folder.name, "work")
-        result = await handle.result()
+        result = await result_of(handle)
     assert "alpha" in result.text
     events = render(await fetch_history(client, handle.id))
     bash = next(e for e in events if e["type"] == "ToolCallCompleted" and e["callId"] == "b")

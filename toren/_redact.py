@@ -52,6 +52,8 @@ def forms(secret: str) -> set[str]:
             value,
             repr(value)[1:-1],
             repr(value.encode("utf-8", "surrogatepass"))[2:-1],
+            # `quote` leaves `/` as it is by default (a value put in a URL's path): that form too.
+            quote(value),
             quote(value, safe=""),
             quote_plus(value, safe=""),
         }
