@@ -253,7 +253,23 @@ async def test_starts_no_decoder_reads_fail_at_once_showing_the_expected_json(
         await client.start_workflow(
             workflow_type, RawValue(payload), id=ids[label], task_queue=queue
         )
+    # Two inputs, one nested past the decoder: with two arguments the SDK decodes them itself,
+    # before any of toren's workflow code runs.
+    two_deep = f"raw-{uuid.uuid4().hex[:10]}"
+    await client.start_workflow(
+        workflow_type,
+        args=[
+            RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b'{"agent": "a"}')),
+            RawValue(Payload(metadata={"encoding": b"json/plain"}, data=deep(200))),
+        ],
+        id=two_deep,
+        task_queue=queue,
+    )
     async with serve(client, [folder]):
+        cause = await failure_of(client.get_workflow_handle(two_deep))
+        assert cause.type == "InvalidJSONPayloadError", cause
+        assert "recursion limit exceeded" in cause.message, cause.message
+        assert not task_failures(await fetch_history(client, two_deep))
         for label, workflow_id in ids.items():
             cause = await failure_of(client.get_workflow_handle(workflow_id))
             assert cause.type == "InvalidRunInput" and cause.non_retryable, (label, cause)

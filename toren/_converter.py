@@ -27,11 +27,12 @@ import types
 import typing
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, DefaultPayloadConverter, JSONPlainPayloadConverter
 
 from toren._sdk_private import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
+from toren.errors import InvalidJSONPayloadError
 
 __all__ = [
     "SHARED_MODULES",
@@ -146,7 +147,23 @@ class _SharedAdapters(PydanticJSONPlainPayloadConverter):
         return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
-        """Decode `payload` as `type_hint` (see the base class)."""
+        """Decode `payload` as `type_hint` (see the base class).
+
+        Raises:
+            InvalidJSONPayloadError: the payload is no JSON (or nests too deep to read).
+        """
+        try:
+            return self._decode(payload, type_hint)
+        except ValidationError as err:
+            if any(e["type"] != "json_invalid" for e in err.errors()):
+                raise  # JSON that does not fit the hint: the caller's to say
+            [first, *_] = err.errors()
+            raise InvalidJSONPayloadError(
+                f"a payload is no JSON toren can read ({first['msg']}; at most about 200 "
+                "levels of nesting)"
+            ) from None
+
+    def _decode(self, payload: Payload, type_hint: type | None) -> Any:
         hint = type_hint if type_hint is not None else Any
         try:
             shared = _shareable(hint)

@@ -44,6 +44,7 @@ __all__ = [
     "AttachmentError",
     "CodecServerError",
     "ConfigError",
+    "InvalidJSONPayloadError",
     "MissingEnvError",
     "ModelError",
     "ModelHTTPError",
@@ -157,6 +158,16 @@ class ApprovalWaitError(TorenError):
 
 
 # -- the team's codec ---------------------------------------------------------------------------
+
+
+class InvalidJSONPayloadError(TorenError, ValueError):
+    """A `json/plain` payload that is no JSON toren's converter can read.
+
+    Malformed, or nested past pydantic's limit of about 200 levels. Reading it again never
+    succeeds, so `AgentRun` and `AgentThread` list it among their failure exception types: a
+    start whose input is such a payload fails the run at once instead of failing its first
+    workflow task on every retry.
+    """
 
 
 class UndecodablePayloadError(TorenError):

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
     )
-    from toren.errors import RunError
+    from toren.errors import InvalidJSONPayloadError, RunError
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
@@ -94,7 +94,7 @@ def _retry_policy(retry: ModelRetry) -> RetryPolicy:
     )
 
 
-@workflow.defn(name="AgentRun")
+@workflow.defn(name="AgentRun", failure_exception_types=[InvalidJSONPayloadError])
 class AgentRun:
     """One run of an agent. Start it by name with `{"agent": ..., "prompt": ...}`."""
 

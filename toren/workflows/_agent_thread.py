@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ThreadMessage,
         ThreadResult,
     )
-    from toren.errors import RunError
+    from toren.errors import InvalidJSONPayloadError, RunError
     from toren.workflows._agent_run import AgentRun, toren_bug
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
@@ -99,7 +99,7 @@ def _bad_message(problem: str) -> ApplicationError:
     )
 
 
-@workflow.defn(name="AgentThread")
+@workflow.defn(name="AgentThread", failure_exception_types=[InvalidJSONPayloadError])
 class AgentThread(AgentRun):
     """A conversation with an agent: start it once, then `send_message` for each message."""
 
