@@ -46,15 +46,17 @@ def start_offset(from_param: str | None, last_event_id: str | None) -> int:
     Raises:
         WebError: 400 when either is not a non-negative integer.
     """
+    offsets: list[int] = []
     for name, value, after in (("Last-Event-ID", last_event_id, 1), ("from", from_param, 0)):
         # An empty Last-Event-ID is what an `EventSource` sends when no event had an id.
         if value is None or (value == "" and name == "Last-Event-ID"):
             continue
         # ASCII digits only: `str.isdigit` takes `²` (which `int` refuses) and `٣` (which it reads).
+        # Both are checked, though `Last-Event-ID` wins: a bad `from` is refused either way.
         if not _OFFSET.fullmatch(value.strip(" \t")):
             raise WebError(400, f"{name} must be a non-negative integer offset", field=name)
-        return int(value) + after
-    return 0
+        offsets.append(int(value) + after)
+    return offsets[0] if offsets else 0
 
 
 async def check_stream(client: Client, workflow_id: str) -> None:
