@@ -26,6 +26,7 @@ import asyncio
 import base64
 import bisect
 import contextlib
+import itertools
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -193,6 +194,7 @@ async def query(client: Client, workflow_id: str, topic: str, offset: int) -> _R
     return out
 
 
+_READER_IDS = itertools.count()
 _FEEDS: dict[tuple[Client, asyncio.AbstractEventLoop, str, str], _Feed] = {}
 
 
@@ -230,7 +232,7 @@ async def read(
         feed.kick()
     if active is not None:
         feed.active_s = min(feed.active_s, max(active.total_seconds(), 0.01))
-    reader = id(object())
+    reader = next(_READER_IDS)
     pos = from_offset
     feed.cursors[reader] = pos
     converter = client.data_converter.payload_converter
