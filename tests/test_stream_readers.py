@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -24,11 +24,13 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from tests.conftest import DevServer, fetch_history, task_failures, wait_for
 from toren import client as toren_client
+from toren._stream_feed import feed_count
 from toren.testing import free_port
 from toren.worker import serve
 from toren.workflows._stream_state import MAX_OPEN_POLLS, POLLS_FULL
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 GATED = """
 from toren import define_tool
@@ -64,6 +66,19 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """A process of `n` `toren.client.stream` readers; prints `ready` as each reads its first item."""
 
 
+GUARD_S = 90.0
+"""A hang guard only (a refused decision may be retried by the client for ever): no latency
+is asserted here; `bench/perf/readers.py` measures it."""
+
+
+async def lands(what: str, action: Awaitable[T]) -> T:
+    """`action`'s result; fails the test if it is refused or still waits after `GUARD_S`."""
+    try:
+        return await asyncio.wait_for(action, GUARD_S)
+    except TimeoutError:
+        raise AssertionError(f"{what} did not land in {GUARD_S:.0f} s") from None
+
+
 def gated_script(calls: int) -> list[Any]:
     turns: list[Any] = [
         {"tool_calls": [{"id": f"g{i}", "name": "gated", "args": {"n": i}}]}
@@ -94,6 +109,17 @@ async def processes() -> AsyncIterator[list[asyncio.subprocess.Process]]:
             if proc.returncode is None:
                 proc.kill()
             await proc.wait()
+
+
+@asynccontextmanager
+async def cancelling(tasks: list[asyncio.Future[Any]]) -> AsyncIterator[None]:
+    """Tasks added in the block, cancelled at its end if still running."""
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def spawn(
@@ -140,6 +166,7 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
     own: list[str] = []
     out_readers: list[str] = []
     out_follow: list[str] = []
+    tasks: list[asyncio.Future[Any]] = []
     async with (
         serve(client, [folder]),
         processes() as started,
@@ -149,6 +176,7 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
             timeout=httpx.Timeout(120, connect=30),
             limits=httpx.Limits(max_connections=100),
         ) as http,
+        cancelling(tasks),
     ):
         handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
         await wait_waiting(client, run_id, "g1")
@@ -165,7 +193,7 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
             return False
 
         await wait_for(serving, timeout=60, every=0.2)
-        tasks = [
+        tasks += [
             asyncio.ensure_future(sse_client(http, run_id, seen, sse_ended)) for seen in sse_seen
         ]
         # Process 2: three `toren.client.stream` readers; process 3: `toren events --follow`
@@ -202,8 +230,12 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
         assert not sse_ended, "an SSE stream ended before the run did"
 
         # 1. The HTTP API.
-        decided = await http.post(
-            f"/v1/runs/{run_id}/decisions", json={"call_id": "g1", "approve": True, "by": "http"}
+        decided = await lands(
+            "the HTTP decision",
+            http.post(
+                f"/v1/runs/{run_id}/decisions",
+                json={"call_id": "g1", "approve": True, "by": "http"},
+            ),
         )
         assert decided.status_code == 200, decided.text
         # 2. The CLI.
@@ -213,14 +245,18 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
             env={**os.environ, "TEMPORAL_ADDRESS": dev_server.address}, cwd=ROOT,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
-        cli_out, _ = await cli.communicate()
+        cli_out, _ = await lands("toren approve", cli.communicate())
         assert cli.returncode == 0, cli_out.decode()
         # 3. The `approve` signal.
         await wait_waiting(client, run_id, "g3")
-        await handle.signal("approve", {"call_id": "g3", "by": "signal"})
+        await lands(
+            "the approve signal", handle.signal("approve", {"call_id": "g3", "by": "signal"})
+        )
         # 4. The `decide` update.
         await wait_waiting(client, run_id, "g4")
-        decision = await toren_client.approve(client, run_id, "g4", by="update")
+        decision = await lands(
+            "the decide update", toren_client.approve(client, run_id, "g4", by="update")
+        )
         assert decision.approved and decision.by == "update"
         await wait_waiting(client, run_id, "g5")
 
@@ -241,7 +277,10 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        decision = await toren_client.approve(client, run_id, "g5", by="after-kill")
+        decision = await lands(
+            "the decision after the kill",
+            toren_client.approve(client, run_id, "g5", by="after-kill"),
+        )
         assert decision.approved
         result = await handle.result()
     assert result.text == "all done"
@@ -280,13 +319,15 @@ async def test_watching_costs_the_same_history_with_one_reader_or_fifty(
                     timeout=120,
                     every=0.2,
                 )
-                await toren_client.approve(client, run_id, "g1")
-                await wait_waiting(client, run_id, "g2")
-                await asyncio.sleep(1)  # the readers watch the parked run a while
-                await toren_client.approve(client, run_id, "g2")
-                assert (await handle.result()).text == "all done"
-                for task in tasks:
-                    task.cancel()
+                try:
+                    await lands("a decision", toren_client.approve(client, run_id, "g1"))
+                    await wait_waiting(client, run_id, "g2")
+                    await asyncio.sleep(1)  # the readers watch the parked run a while
+                    await lands("a decision", toren_client.approve(client, run_id, "g2"))
+                    assert (await handle.result()).text == "all done"
+                finally:
+                    for task in tasks:
+                        task.cancel()
             history = await fetch_history(client, run_id)
             assert not task_failures(history)
             counts[readers] = len(history.events)
@@ -314,12 +355,50 @@ async def test_sdk_long_poll_readers_past_a_few_are_refused_and_decisions_get_th
                 refused.append(str(getattr(err.cause, "type", None)))
 
         pollers = [asyncio.ensure_future(long_poll()) for _ in range(12)]
-        await wait_for(lambda: len(refused) == 12 - MAX_OPEN_POLLS, timeout=60, every=0.2)
-        assert set(refused) == {POLLS_FULL}
-        decision = await toren_client.approve(client, run_id, "g1", by="past-the-pollers")
-        assert decision.approved
-        assert (await handle.result()).text == "all done"
-        for poller in pollers:
-            poller.cancel()
-        await asyncio.gather(*pollers, return_exceptions=True)
+        try:
+            await wait_for(lambda: len(refused) == 12 - MAX_OPEN_POLLS, timeout=60, every=0.2)
+            assert set(refused) == {POLLS_FULL}
+            decision = await lands(
+                "the decide update",
+                toren_client.approve(client, run_id, "g1", by="past-the-pollers"),
+            )
+            assert decision.approved
+            assert (await handle.result()).text == "all done"
+        finally:
+            for poller in pollers:
+                poller.cancel()
+            await asyncio.gather(*pollers, return_exceptions=True)
     assert not task_failures(await fetch_history(client, run_id))
+
+
+async def test_the_readers_of_one_process_share_one_reader_that_stops_when_they_leave(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    folder = make_agent(tools={"gated": GATED}, script=gated_script(2))
+    seen: list[list[int]] = []
+
+    async def reader(offset: int) -> None:
+        mine: list[int] = []
+        seen.append(mine)
+        async for event in toren_client.stream(client, run_id, offset):
+            mine.append(event.offset)
+
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
+        await wait_waiting(client, run_id, "g1")
+        first = [asyncio.ensure_future(reader(0)) for _ in range(20)]
+        await wait_for(lambda: len(seen) == 20 and all(len(s) >= 3 for s in seen))
+        assert feed_count() == 1
+        await lands("a decision", toren_client.approve(client, run_id, "g1"))
+        await wait_waiting(client, run_id, "g2")
+        # Late readers, from the start and from an offset, join the same reader.
+        late = [asyncio.ensure_future(reader(offset)) for offset in (0, 2)]
+        await wait_for(lambda: len(seen) == 22 and seen[20] == seen[0] and seen[21][:1] == [2])
+        assert feed_count() == 1
+        for task in first + late:
+            task.cancel()
+        await asyncio.gather(*first, *late, return_exceptions=True)
+        await wait_for(lambda: feed_count() == 0)
+        await lands("a decision", toren_client.approve(client, run_id, "g2"))
+        assert (await handle.result()).text == "all done"
+    assert all(s == seen[0] for s in seen[:21]) and seen[21] == seen[0][2:]
