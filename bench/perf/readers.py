@@ -12,7 +12,8 @@ run, as the SSE clients of one `toren serve` do; with `--separate`, each reader 
 connection, so nothing is shared: the worst case, N `toren run` in N terminals). Once every
 reader has read the run's first items, the run's calls are decided one by one through the
 `decide` update while they watch. Reported: each decision's round trip (median and worst),
-decisions refused, and the run's history events, against the run nobody watched.
+decisions refused (or still waiting after `--give-up` seconds; the `approve` signal then
+decides it), and the run's history events, against the run nobody watched.
 
 It starts its own dev server (SQLite in a temp dir, free ports) unless given `--address`, and a
 worker in this process.
@@ -133,8 +134,10 @@ async def one_case(
             await asyncio.sleep(args.watch)  # the readers watch the parked run a while
             started = time.monotonic()
             try:
-                await toren_client.approve(client, handle.id, f"g{i}")
-            except Exception:
+                await asyncio.wait_for(
+                    toren_client.approve(client, handle.id, f"g{i}"), args.give_up
+                )
+            except Exception:  # refused (or still waiting): the signal gets through
                 refused += 1
                 await handle.signal("approve", {"call_id": f"g{i}", "by": "bench"})
             times.append((time.monotonic() - started) * 1000)
@@ -157,6 +160,9 @@ async def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="reader processes per run")
     parser.add_argument("--separate", action="store_true", help="a connection per reader")
     parser.add_argument("--watch", type=float, default=1.0, help="s watched before each decision")
+    parser.add_argument(
+        "--give-up", type=float, default=30.0, help="s after which a decision counts as refused"
+    )
     parser.add_argument("--address", help="an existing server (default: start a dev server)")
     args = parser.parse_args()
     counts = [int(n) for n in args.readers.split(",")]
