@@ -406,3 +406,33 @@ async def test_the_readers_of_one_process_share_one_reader_that_stops_when_they_
         await lands("a decision", toren_client.approve(client, run_id, "g2"))
         assert (await handle.result()).text == "all done"
     assert all(s == seen[0] for s in seen[:21]) and seen[21] == seen[0][2:]
+
+
+async def test_a_thread_watched_by_many_readers_still_takes_messages(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent(script=["first answer", "second answer"])
+    thread_id = f"{folder.name}-watched"
+    here: list[int] = []
+
+    async def read_here() -> None:
+        async for event in toren_client.stream(client, thread_id):
+            here.append(event.offset)
+
+    tasks: list[asyncio.Future[Any]] = []
+    async with serve(client, [folder]), processes() as started, cancelling(tasks):
+        await toren_client.start_thread(client, folder.name, thread_id=thread_id)
+        out: list[str] = []
+        proc = await spawn(started, dev_server, "-c", READERS, thread_id, "20")
+        tasks.append(asyncio.ensure_future(lines_of(proc, out)))
+        tasks += [asyncio.ensure_future(read_here()) for _ in range(20)]
+        first = await lands("a message", toren_client.send_message(client, thread_id, "one"))
+        assert first["text"] == "first answer"
+        await wait_for(lambda: out.count("ready") == 20 and len(here) >= 20 * 3, timeout=120)
+        second = await lands("a message", toren_client.send_message(client, thread_id, "two"))
+        assert second["text"] == "second answer"
+        assert proc.returncode is None and not any(t.done() for t in tasks[1:]), out[-3:]
+        proc.kill()
+        closed = await lands("closing", toren_client.close_thread(client, thread_id))
+    assert closed is not None
+    assert not task_failures(await fetch_history(client, thread_id))
