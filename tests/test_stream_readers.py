@@ -235,6 +235,7 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
             http.post(
                 f"/v1/runs/{run_id}/decisions",
                 json={"call_id": "g1", "approve": True, "by": "http"},
+                timeout=GUARD_S - 10,
             ),
         )
         assert decided.status_code == 200, decided.text
