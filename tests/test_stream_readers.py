@@ -192,6 +192,8 @@ async def test_fifty_five_readers_in_four_processes_never_hold_back_a_decision(
                 return (await http.get(f"/v1/runs/{run_id}/pending")).status_code == 200
             return False
 
+        out_server: list[str] = []
+        tasks.append(asyncio.ensure_future(lines_of(server, out_server)))  # a full pipe blocks it
         await wait_for(serving, timeout=60, every=0.2)
         tasks += [
             asyncio.ensure_future(sse_client(http, run_id, seen, sse_ended)) for seen in sse_seen
