@@ -80,3 +80,12 @@ def test_the_parked_memory_bench_measures_both_variants() -> None:
         line = re.search(rf"^{variant} K=3: RSS=\S+ pymalloc=(\S+)KB malloc=(\S+)KB", out, re.M)
         assert line, out
     assert out.count("gc objects/run") == 2, out
+
+
+def test_the_readers_bench_prints_a_row_per_reader_count(dev_server: DevServer) -> None:
+    out = bench(
+        "bench.perf.readers",
+        *("--readers", "0,2", "--decisions", "1", "--watch", "0", "--address", dev_server.address),
+    )
+    rows = re.findall(r"^\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s+\d+\s+[+-]\d+$", out, re.MULTILINE)
+    assert rows == [("0", "0"), ("2", "0")], out  # every reader count ran, nothing refused

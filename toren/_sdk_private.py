@@ -19,7 +19,8 @@ Each use, by the toren module that relies on it:
 - `toren._converter`: shared type adapters (`PydanticJSONPlainPayloadConverter._to_json_options`
   and `._type_adapter`, `CompositePayloadConverter._set_converters`).
 - `toren.workflows._stream_state`: a live stream that keeps its items as bytes
-  (`WorkflowStream._publish_to_topic`, `._on_publish`, `._log`).
+  (`WorkflowStream._publish_to_topic`, `._on_publish`, `._log`, `._on_poll`, `._validate_poll`,
+  and the poll query toren's readers use).
 - `toren._events`: rendering a run whose payloads went to the store
   (`DataConverter._transform_inbound_payload`).
 
@@ -195,6 +196,28 @@ def _check_on_publish() -> str | None:
     )
 
 
+def _check_on_poll() -> str | None:
+    return _method(
+        WorkflowStream, "_on_poll", ["payload"], "toren.workflows._stream_state (LiveStream)"
+    )
+
+
+def _check_validate_poll() -> str | None:
+    return _method(
+        WorkflowStream, "_validate_poll", ["_payload"], "toren.workflows._stream_state (LiveStream)"
+    )
+
+
+def _check_poll_query() -> str | None:
+    missing = _source_has(WorkflowStream.__module__, "set_query_handler(_POLL")
+    if missing:
+        return _broke(
+            "WorkflowStream no longer answers the `__temporal_workflow_stream_poll` query",
+            "toren._stream_feed (every toren stream reader)",
+        )
+    return None
+
+
 def _check_stream_log() -> str | None:
     missing = _source_has(WorkflowStream.__module__, "self._log")
     if missing:
@@ -225,6 +248,9 @@ USES: dict[str, Callable[[], str | None]] = {
     "WorkflowStream._publish_to_topic": _check_publish_to_topic,
     "WorkflowStream._on_publish": _check_on_publish,
     "WorkflowStream._log": _check_stream_log,
+    "WorkflowStream._on_poll": _check_on_poll,
+    "WorkflowStream._validate_poll": _check_validate_poll,
+    "the __temporal_workflow_stream_poll query": _check_poll_query,
     "DataConverter._transform_inbound_payload": _check_transform_inbound,
 }
 """Each use of a private name → its check: None while it holds, else what broke and the fix."""

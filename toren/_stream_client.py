@@ -25,9 +25,9 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from toren._live import TOPIC
+from toren._stream_feed import read
 
 __all__ = ["END_TYPES", "LiveStream", "StreamEvent", "stream"]
 
@@ -81,10 +81,11 @@ class LiveStream:
         return self._events()
 
     async def _events(self) -> AsyncIterator[StreamEvent]:
-        streams = WorkflowStreamClient.create(self._client, self.run_id)
+        # By query, sharing one loop with this process's other readers of the run: no reader
+        # holds an update on it, so none delays a decision or a message (`toren._stream_feed`).
         expected = self._from
-        async for item in streams.subscribe(
-            [TOPIC], from_offset=self._from, poll_cooldown=self._cooldown
+        async for item in read(
+            self._client, self.run_id, self._from, topic=TOPIC, active=self._cooldown
         ):
             if item.offset > expected:
                 yield StreamEvent(

@@ -16,7 +16,7 @@ Two workloads, each run with `stream: false`, and with `stream: {batchMs: 200}` 
   history bytes the answer added over streaming off, as a multiple of the answer's own size,
   and the time from the server writing its first chunk to `toren.client.stream` yielding the
   first `text_delta` (median over repeats), with nobody reading the stream and with one reader
-  (each reader's long-poll is a workflow update, whose answer history records).
+  (a reader reads by query, which history does not record).
 
 It starts its own dev server (SQLite in a temp dir, free ports) and a worker in this process.
 """
@@ -163,7 +163,7 @@ async def long_answer(client: Any, root: Path, repeats: int) -> None:
     print(f"\n2,000-token answer ({answer} characters, {ANSWER_CHUNKS} chunks, "
           f"{CHUNK_PAUSE_S * 1000:.0f} ms apart)")  # fmt: skip
     print(f"{'stream':<16}{'ms/run':>10}{'history B':>11}{'x answer':>10}{'first token ms':>16}")
-    # A reader's long-poll is a workflow update: its answer (the items) is recorded too.
+    # A reader reads by query: with one, the history should be what it is with none.
     base = 0
     cases = (
         ("off", False, False),

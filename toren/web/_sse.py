@@ -12,7 +12,12 @@ The `id` is the item's offset in the stream, so a client that reconnects with
 `Last-Event-ID: 7` (what `EventSource` sends by itself) gets offset 8 onwards: nothing missed,
 nothing twice. `?from=N` starts at offset N. The response ends after the run's
 `run_completed` or `run_failed` item (a thread's when the thread closes). Nothing is kept
-here: the offsets are the workflow's own.
+here but the items not yet sent: the offsets are the workflow's own.
+
+The clients of one run share one reader in this process, and it reads by query
+(`toren._stream_feed`): however many clients watch, the run sees one reader per server process,
+no update of theirs is in flight on it (approvals and messages are updates, 10 at most at once),
+and a client that goes away holds nothing.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
+from temporalio.contrib.workflow_streams import WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
+from toren._stream_feed import read
 from toren.web._errors import WebError
 
 __all__ = ["TOPIC", "check_stream", "sse_events", "start_offset"]
@@ -87,7 +93,7 @@ async def sse_events(
 
     A thread's stream goes on past each execution's `run_completed` until the thread closes.
     """
-    items = WorkflowStreamClient.create(client, workflow_id).subscribe([TOPIC], from_offset=offset)
+    items = read(client, workflow_id, offset, topic=TOPIC)
     yield "retry: 1000\n\n"
     next_item: asyncio.Task[WorkflowStreamItem[Any]] | None = None
     try:
@@ -108,7 +114,8 @@ async def sse_events(
             if not thread and isinstance(item.data, dict) and item.data.get("type") in FINAL:
                 return
     finally:
-        # The client left (or the run ended): stop the long poll rather than leave it open.
+        # The client left (or the run ended): leave the shared reader now, so the last one
+        # out stops it.
         if next_item is not None:
             next_item.cancel()
             with contextlib.suppress(BaseException):

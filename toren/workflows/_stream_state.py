@@ -5,6 +5,12 @@ The next run's `__init__` builds its `LiveStream` from the state its raw input c
 subscriber follows the chain. Only the newest items travel (`CARRY_BYTES`): the carried input
 stays small however long the run; a subscriber asking for an older offset gets the kept items,
 after a `truncated` notice.
+
+Readers should read by the stream's query (toren's own do: `toren._stream_feed`). A reader that
+long-polls with the stream's update (the SDK's `WorkflowStreamClient.subscribe`, or a toren from
+before) holds one of the 10 updates Temporal lets a workflow have in flight, and decisions and
+messages are updates too: the stream keeps at most `MAX_OPEN_POLLS` such polls open and refuses
+more (a refused update leaves no history), so slots always stay free for people.
 """
 
 from __future__ import annotations
@@ -14,21 +20,38 @@ from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
+from temporalio.exceptions import ApplicationError
 
 from toren._sdk_private import WorkflowStream, stream_log
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import (
+        PollInput,
+        PollResult,
         PublishInput,
         WorkflowStreamItem,
         WorkflowStreamState,
     )
     from temporalio.converter import value_to_type
 
-__all__ = ["CARRY_BYTES", "LiveStream", "carried_stream", "stream_state_json"]
+__all__ = [
+    "CARRY_BYTES",
+    "MAX_OPEN_POLLS",
+    "POLLS_FULL",
+    "LiveStream",
+    "carried_stream",
+    "stream_state_json",
+]
 
 CARRY_BYTES = 256_000
 """Stream items carried across continue-as-new (the newest, up to this many encoded bytes)."""
+
+MAX_OPEN_POLLS = 3
+"""Long-poll updates the stream keeps open at once; Temporal allows 10 updates in flight per
+workflow, and the rest are for decisions, messages, cancels and budget changes."""
+
+POLLS_FULL = "StreamPollsFull"
+"""The `ApplicationError` type of a long poll refused because `MAX_OPEN_POLLS` are open."""
 
 
 def stream_state_json(state: WorkflowStreamState, limit: int = CARRY_BYTES) -> dict[str, Any]:
@@ -102,8 +125,28 @@ class LiveStream(WorkflowStream):
 
     def __init__(self, prior_state: WorkflowStreamState | None = None) -> None:
         """Register the stream's handlers, going on from `prior_state` if given."""
+        self._open_polls = 0
         super().__init__(prior_state)
         self._serialize_from(0)
+
+    async def _on_poll(self, payload: PollInput) -> PollResult:
+        self._open_polls += 1
+        try:
+            return await super()._on_poll(payload)
+        finally:
+            self._open_polls -= 1
+
+    def _validate_poll(self, payload: PollInput) -> None:
+        # A validator only reads (it does not run on replay): the count is the handlers'.
+        super()._validate_poll(payload)
+        if self._open_polls >= MAX_OPEN_POLLS:
+            raise ApplicationError(
+                f"{MAX_OPEN_POLLS} readers already long-poll this stream, and every update in "
+                "flight delays decisions and messages: read it with the "
+                "`__temporal_workflow_stream_poll` query instead, as toren's readers do",
+                type=POLLS_FULL,
+                non_retryable=True,
+            )
 
     def _publish_to_topic(self, topic: str, value: Any) -> None:
         start = len(self._items())
