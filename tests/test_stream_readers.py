@@ -22,7 +22,7 @@ import httpx
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from tests.conftest import DevServer, fetch_history, task_failures, wait_for
+from tests.conftest import DevServer, fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
 from toren._stream_feed import feed_count
 from toren.testing import free_port
@@ -439,3 +439,32 @@ async def test_a_thread_watched_by_many_readers_still_takes_messages(
         closed = await lands("closing", toren_client.close_thread(client, thread_id))
     assert closed is not None
     assert not task_failures(await fetch_history(client, thread_id))
+
+
+async def test_a_reader_from_past_the_end_does_not_stall_the_others(
+    client: Client, make_agent: Callable[..., Path], run_id: str
+) -> None:
+    """The first reader of a run asked from far past the stream's end (`?from=999999`, an old
+    Last-Event-ID): the shared feed read from there for good, so every later reader of the run
+    in that process got nothing new and ended without the run's final item (found in review)."""
+    folder = make_agent(tools={"gated": GATED}, script=gated_script(1))
+    got: list[int] = []
+
+    async def reader(offset: int, into: list[int]) -> None:
+        async for event in toren_client.stream(client, run_id, offset):
+            into.append(event.offset)
+
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "go", run_id=run_id)
+        await wait_waiting(client, run_id, "g1")
+        far: list[int] = []
+        tasks = [asyncio.ensure_future(reader(999_999, far))]
+        async with cancelling(tasks):
+            await wait_for(lambda: feed_count() == 1)
+            tasks.append(asyncio.ensure_future(reader(0, got)))
+            await wait_for(lambda: len(got) >= 3)
+            await lands("a decision", toren_client.approve(client, run_id, "g1"))
+            assert (await result_of(handle)).text == "all done"
+            await lands("the last item", tasks[1])
+        assert far == []
+    assert got == list(range(len(got))) and len(got) > 3, got

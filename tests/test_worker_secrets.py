@@ -185,3 +185,22 @@ def test_without_bubblewrap_a_stdio_server_starts_only_when_the_operator_allows(
     assert "TOREN_MCP_UNCONFINED=1" in refused
     allowed = check(TOREN_MCP_UNCONFINED="1")
     assert f"mcp server pry (stdio: {sys.executable} {PRYING}): 1 tool(s)" in allowed
+
+
+def test_a_value_found_only_by_its_name_must_look_like_a_secret() -> None:
+    """Undeclared `*_PASSWORD=test` of a dev box turned `test` into a marker in every result of
+    every agent (found in review): a name-only match needs 8 characters and no file path."""
+    from toren.activities._loaded import worker_secrets
+
+    held = worker_secrets(
+        [],
+        {
+            "POSTGRES_PASSWORD": "test",
+            "REDIS_PASSWORD": "redis",
+            "GOOGLE_APPLICATION_CREDENTIALS": "/etc/gcp/key.json",
+            "GITHUB_TOKEN": "ghp_0123456789",
+            "TEMPORAL_API_KEY": "tk-1234",  # named outright: the redactor's own minimum applies
+        },
+    )
+    assert "ghp_0123456789" in held and "tk-1234" in held
+    assert not {"test", "redis", "/etc/gcp/key.json"} & set(held), held

@@ -21,7 +21,6 @@ Without a working bwrap a stdio server does not start, unless the worker's opera
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
@@ -88,9 +87,16 @@ def _jail(bwrap: str, cwd: Path) -> list[str]:
     ]
 
 
-@functools.lru_cache(maxsize=4)
+_WORKS: set[str] = set()
+"""The bwrap binaries whose probe passed (a failed probe is tried again at the next start: a
+timeout on a loaded host, or a passing shortage of namespaces, must not disable MCP until the
+worker restarts)."""
+
+
 def _probe(bwrap: str) -> str | None:
     """Run `true` as a server would run; return why it failed, or None (once per worker)."""
+    if bwrap in _WORKS:
+        return None
     with tempfile.TemporaryDirectory(prefix="toren-mcp-probe-") as tmp:
         try:
             done = subprocess.run(
@@ -104,4 +110,5 @@ def _probe(bwrap: str) -> str | None:
             return f"{type(err).__name__}: {err}"
     if done.returncode != 0:
         return done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"
+    _WORKS.add(bwrap)
     return None

@@ -37,6 +37,7 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowS
 from temporalio.service import RPCError, RPCStatusCode
 
 from toren._types import STREAM_TOPIC
+from toren.errors import CodecServerError
 
 __all__ = ["ACTIVE_S", "IDLE_S", "POLL_QUERY", "read"]
 
@@ -123,8 +124,11 @@ class _Feed:
         while True:
             try:
                 result = await query(self.client, self.workflow_id, self.topic, self.end)
-            except RPCError as err:
-                if err.status in _FINAL or not await self._open():
+            except (RPCError, CodecServerError) as err:
+                # A codec server that timed out or answered 5xx once is no reason to end every
+                # stream of the run: read again while the workflow is open.
+                final = isinstance(err, RPCError) and err.status in _FINAL
+                if final or not await self._open():
                     self._fail(err)
                     return
                 wait = IDLE_S
@@ -133,6 +137,13 @@ class _Feed:
                 return
             else:
                 fresh = [(o, p) for o, p in result if o >= self.end]
+                if not result and result.next_offset < self.end:
+                    # The first reader started past the stream's end (`?from=999999`, an old
+                    # Last-Event-ID): follow the workflow's own end, or every later reader of
+                    # the run would wait on offsets that never come.
+                    self.end = result.next_offset
+                    self.base = min(self.base, self.end)
+                    self._notify()
                 self.end = max(self.end, result.next_offset)
                 if fresh:
                     self.items.extend(fresh)
@@ -225,6 +236,8 @@ async def read(
     """
     key = (client, asyncio.get_running_loop(), workflow_id, topic)
     feed = _FEEDS.get(key)
+    if feed is not None and feed.error is not None:
+        feed = None  # it stopped on an error: a new reader gets a new try, not the old error
     if feed is None:
         feed = _FEEDS[key] = _Feed(client, workflow_id, topic, from_offset)
         feed.start()
@@ -240,13 +253,26 @@ async def read(
         # Below what the feed covers (a late reader from an early offset): read that part
         # here. The feed drops nothing below this reader's cursor meanwhile.
         while pos < feed.base:
-            part = await query(client, workflow_id, topic, pos)
+            try:
+                part = await query(client, workflow_id, topic, pos)
+            except (RPCError, CodecServerError) as err:
+                if isinstance(err, RPCError) and err.status in _FINAL:
+                    raise
+                await asyncio.sleep(IDLE_S)  # as the feed does: read again
+                continue
             below = [(o, p) for o, p in part if o < feed.base]
             for offset, payload in below:
                 yield WorkflowStreamItem(topic, converter.from_payload(payload), offset)
                 pos = feed.cursors[reader] = offset + 1
-            if not (part.more_ready and below):
+            if part.more_ready and below:
+                continue
+            if part.next_offset >= feed.base:
                 pos = feed.cursors[reader] = max(pos, feed.base)
+            else:
+                # The feed starts past the workflow's end (a first reader asked beyond it):
+                # wait for it to learn the end rather than jump past items still to come.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(feed.changed(), IDLE_S)
         while True:
             batch = feed.after(pos)
             if batch:

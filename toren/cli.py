@@ -37,6 +37,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
@@ -406,7 +407,9 @@ async def cmd_replay(args: argparse.Namespace) -> int:
     team = client.data_converter if client else _codec_settings().converter("default")
     converter = TorenPlugin().converter(team)
     for history in histories:
-        events = list(history.events)
+        # A copy: `read_through` decodes in place, and the replayer decodes again (a codec that
+        # refuses what it did not encode would fail every replay).
+        events = [_copy(e) for e in history.events]
         await read_through(events, converter)
         check_readable(converter, events)
     replayer = Replayer(
@@ -788,6 +791,12 @@ def entrypoint() -> None:
         with contextlib.suppress(BrokenPipeError):  # the reader (`| head -1`) left early
             stream.flush()
     os._exit(code)
+
+
+def _copy(event: HistoryEvent) -> HistoryEvent:
+    copied = HistoryEvent()
+    copied.CopyFrom(event)
+    return copied
 
 
 if __name__ == "__main__":

@@ -35,6 +35,17 @@ _CREDENTIAL_NAME = re.compile(
 )
 """Any other variable named like a credential (`OPENAI_API_KEY`, `GITHUB_TOKEN`, ...)."""
 
+NAMED_ONLY_MIN_CHARS = 8
+"""A value found by its variable's name alone is hidden from 8 characters on: an undeclared
+`POSTGRES_PASSWORD=test` or `REDIS_PASSWORD=redis` of a dev box would otherwise turn those
+words into markers in every result of every agent (declared secrets keep the redactor's own
+minimum)."""
+
+
+def _looks_secret(value: str) -> bool:
+    """A credential-named variable's value worth hiding: long enough, and no file path."""
+    return len(value) >= NAMED_ONLY_MIN_CHARS and not value.startswith(("/", "./", "~/"))
+
 
 @dataclass
 class LoadedAgent:
@@ -148,7 +159,9 @@ def worker_secrets(agents: Sequence[LoadedAgent], environ: Mapping[str, str]) ->
         if not value or _PLAIN.fullmatch(value.strip()):
             continue
         upper = name.upper()
-        if upper in CREDENTIAL_VARIABLES or _CREDENTIAL_NAME.search(upper):
+        if upper in CREDENTIAL_VARIABLES or (
+            _CREDENTIAL_NAME.search(upper) and _looks_secret(value.strip())
+        ):
             found.add(value)
         if "://" in value:
             with contextlib.suppress(ValueError):
