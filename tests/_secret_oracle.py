@@ -73,13 +73,17 @@ def _binary_forms(value: str) -> set[bytes]:
 def encodings(secret: str) -> set[bytes]:
     """Every form of `secret` this search looks for, as UTF-8 bytes (or raw bytes)."""
     texts = _json_forms(secret)
-    texts |= {repr(secret)[1:-1], repr(secret.encode())[2:-1]}
-    texts |= {
+    written = {repr(secret)[1:-1], repr(secret.encode())[2:-1]}
+    written |= {
         quote(secret),
         quote(secret, safe=""),
         quote_plus(secret),
         quote_plus(secret, safe=""),
     }
+    # A repr or a URL put into JSON (`{"debug": repr(obj)}` in a tool's result) is escaped in
+    # turn: each written form at every JSON depth too.
+    for form in written:
+        texts |= _json_forms(form)
     found = {t.encode() for t in texts}
     for text in {secret, *_json_forms(secret)}:
         found |= _binary_forms(text)

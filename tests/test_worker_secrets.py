@@ -15,16 +15,13 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from google.protobuf.message import Message
-from temporalio.api.common.v1 import Payload
-from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
+from tests._secret_oracle import search
 from tests.conftest import fetch_history, result_of, secret, task_failures
 from toren import client as toren_client
 from toren._events import render
@@ -50,33 +47,6 @@ def peek(args, ctx):
 
 tool = define_tool(description="Reads the worker's environment.", handler=peek)
 """
-
-
-def escaped_forms(value: str) -> set[str]:
-    """The secret, its `repr` and its bytes' `repr`, each JSON-escaped once and twice."""
-    found = {value, repr(value)[1:-1], repr(value.encode())[2:-1]}
-    for _ in range(2):
-        found |= {json.dumps(v, ensure_ascii=a)[1:-1] for v in found for a in (True, False)}
-    return found
-
-
-def payloads(message: Message) -> Iterator[Payload]:
-    """Every `Payload` anywhere in `message`."""
-    if isinstance(message, Payload):
-        yield message
-        return
-    for field, value in message.ListFields():
-        if field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            items: Any = value.values()
-        elif isinstance(value, Message):
-            items = [value]
-        else:
-            items = value
-        for item in items:
-            if isinstance(item, Message):
-                yield from payloads(item)
 
 
 @pytest.mark.parametrize("confined", [True, False], ids=["bwrap", "unconfined"])
@@ -145,13 +115,9 @@ async def test_a_prying_mcp_server_and_tool_get_no_worker_secret_into_history(
     # The tool in the worker's process read them all; each came out redacted.
     peeked = json.loads(calls["k"]["result"])
 
-    seen = [History(events=history.events).SerializeToString().decode("utf-8", "replace")]
-    for event in history.events:
-        for payload in payloads(event):
-            decoded = client.data_converter.payload_converter.from_payloads([payload])[0]
-            seen.append(json.dumps(decoded, ensure_ascii=False, default=str))
     values = [own, other, api_key, aws, session, web_token, github, db_password]
-    hits = sorted({v for v in values for f in escaped_forms(v) for text in seen if f in text})
+    # The suite's own oracle (its encodings, not the redactor's), over every decoded payload.
+    hits = search(history.events, values, client.data_converter.payload_converter.from_payload)
     assert (pried, peeked, hits) == ([] if confined else names, dict.fromkeys(peeked, MARKER), [])
     assert len(peeked) == 8
 
