@@ -521,7 +521,7 @@ async def test_the_http_api_works_through_the_codec_server_and_names_the_fix_wit
     tag = uuid.uuid4().hex[:8]
     words = _markers(tag)
     folder = _agent(make_agent, tag)
-    tokens = [Token("t")]
+    tokens = [Token("t"), Token("scoped", frozenset({folder.name}))]
     through = create_app(tokens=tokens, codec=CodecSettings(endpoint=endpoint, auth=CODEC_TOKEN))
     plain = create_app(
         await connect(target_host=dev_server.address, codec=CodecSettings()), tokens=tokens
@@ -543,6 +543,12 @@ async def test_the_http_api_works_through_the_codec_server_and_names_the_fix_wit
             f"/v1/runs/{run}/decisions", json={"call_id": "r0", "approve": True, "by": "web"}
         )
         assert refused.status_code == 502 and ONE_LINE in refused.json()["error"]
+        # A token scoped to the agent: the same line, not a 403 for "agent ''" (the run's
+        # agent is in its encrypted input).
+        refused = await bad.get(
+            f"/v1/runs/{run}/events", headers={"Authorization": "Bearer scoped"}
+        )
+        assert refused.status_code == 502 and ONE_LINE in refused.json()["error"], refused.text
 
         events = await good.get(f"/v1/runs/{run}/events")
         assert events.status_code == 200, events.text

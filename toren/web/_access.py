@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from toren._events import read_through
+from toren._readable import check_readable
 from toren.web._auth import Access
 from toren.web._errors import WebError
 
@@ -42,6 +43,7 @@ async def target(
     Raises:
         WebError: 404 when there is no such run (or thread), 403 when the token may not touch
             its agent.
+        UndecodablePayloadError: the run's input is encoded and this server has no codec.
     """
     what = "thread" if thread_only else "run"
     if not workflow_id or len(workflow_id) > MAX_ID:
@@ -66,6 +68,8 @@ async def _input_agent(client: Client, workflow_id: str) -> str:
     handle = client.get_workflow_handle(workflow_id)
     async for first in handle.fetch_history_events(page_size=1):
         await read_through([first], client.data_converter)
+        # Encrypted and no codec here: say so (502 naming the settings), not "agent ''".
+        check_readable(client.data_converter, [first])
         payloads = first.workflow_execution_started_event_attributes.input.payloads
         if len(payloads) == 1:
             try:

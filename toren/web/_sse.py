@@ -41,7 +41,8 @@ __all__ = ["TOPIC", "check_stream", "sse_events", "start_offset"]
 
 TOPIC = "toren"
 FINAL = ("run_completed", "run_failed")
-_OFFSET = re.compile(r"[0-9]{1,18}")
+_OFFSET = {"Last-Event-ID": re.compile(r"[0-9]{1,18}"), "from": re.compile(r"[0-9]{1,9}")}
+"""ASCII digits, as many as the OpenAPI allows each (`from` is an integer up to 999,999,999)."""
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing an idle stream."""
 
@@ -59,7 +60,7 @@ def start_offset(from_param: str | None, last_event_id: str | None) -> int:
             continue
         # ASCII digits only: `str.isdigit` takes `²` (which `int` refuses) and `٣` (which it reads).
         # Both are checked, though `Last-Event-ID` wins: a bad `from` is refused either way.
-        if not _OFFSET.fullmatch(value.strip(" \t")):
+        if not _OFFSET[name].fullmatch(value.strip(" \t")):
             raise WebError(400, f"{name} must be a non-negative integer offset", field=name)
         offsets.append(int(value) + after)
     return offsets[0] if offsets else 0
