@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from toren.errors import TorenError
+from toren.tools._sandbox._jail import run_probe
 
 __all__ = ["UNCONFINED_VARIABLE", "McpJailError", "stdio_argv"]
 
@@ -97,18 +96,8 @@ def _probe(bwrap: str) -> str | None:
     """Run `true` as a server would run; return why it failed, or None (once per worker)."""
     if bwrap in _WORKS:
         return None
-    with tempfile.TemporaryDirectory(prefix="toren-mcp-probe-") as tmp:
-        try:
-            done = subprocess.run(
-                [*_jail(bwrap, Path(tmp)), "true"],
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=30,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return f"{type(err).__name__}: {err}"
-    if done.returncode != 0:
-        return done.stderr.decode("utf-8", "replace").strip() or f"exit code {done.returncode}"
-    _WORKS.add(bwrap)
-    return None
+    path = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    problem = run_probe(lambda tmp: [*_jail(bwrap, tmp), "true"], path)
+    if problem is None:
+        _WORKS.add(bwrap)
+    return problem

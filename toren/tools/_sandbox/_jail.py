@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 from toren._config import SandboxLimits
 from toren.tools._sandbox._limits import LimitWatch, limits_shim
 
-__all__ = ["KEEP_CHARS", "TIMEOUT_EXIT_CODE", "Capture", "Jail", "bwrap_argv", "probe"]
+__all__ = ["KEEP_CHARS", "TIMEOUT_EXIT_CODE", "Capture", "Jail", "bwrap_argv", "probe", "run_probe"]
 
 KEEP_CHARS = 8000
 """Each stream keeps its first and last this many characters; the middle becomes a marker."""
@@ -142,11 +142,20 @@ def probe(bwrap: str, network: bool) -> str | None:
 
     Cached: one probe per worker process and setting is enough.
     """
+    return run_probe(lambda tmp: bwrap_argv(bwrap, tmp, network, "true"), {"PATH": SANDBOX_PATH})
+
+
+def run_probe(argv: Callable[[Path], list[str]], env: Mapping[str, str]) -> str | None:
+    """Run `argv(tmp)` in a fresh temporary folder; return why it failed, or None.
+
+    The one way toren checks, before it relies on bubblewrap, that it works on this host (the
+    sandbox's and stdio MCP servers' jails).
+    """
     with tempfile.TemporaryDirectory(prefix="toren-bwrap-probe-") as tmp:
         try:
             done = subprocess.run(
-                bwrap_argv(bwrap, Path(tmp), network, "true"),
-                env={"PATH": SANDBOX_PATH},
+                argv(Path(tmp)),
+                env=dict(env),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=30,
