@@ -120,12 +120,12 @@ began = time.monotonic()
 outcome = "no error"
 try:
     if kind == "sqlite":
-        from toren.tools._sql_query._sqlite import run_sqlite
+        from toren.worker.tools._sql_query._sqlite import run_sqlite
         from pathlib import Path
         result = run_sqlite(Path(path), "SELECT zeroblob(500000000) AS b", 100, 60_000)
         outcome = "no error: " + json.dumps(result)[:80]
     else:
-        from toren._parsers import detect_type, extract_text
+        from toren.store._parsers import detect_type, extract_text
         data = open(path, "rb").read()
         name = "attack." + kind
         text = extract_text(data, name, detect_type(data, name))

@@ -1,6 +1,6 @@
 """An independent search for secrets in Temporal histories: its own list of encodings.
 
-`toren._redact` decides which forms of a secret it removes; this module must not ask it, or a
+`toren.worker._redact` decides which forms of a secret it removes; this module must not ask it, or a
 form the redactor forgets would be forgotten by the search too. So it lists, on its own, the
 ways a value may be written down on its way into history, and searches every string, every
 byte field and every decoded payload of every event (results, inputs, memo, search

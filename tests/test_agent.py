@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from toren import ConfigError, MissingEnvError, load_agent
-from toren.activities._runtime import AgentRuntime
-from toren.models import ScriptedModel
+from toren.worker.activities._runtime import AgentRuntime
+from toren.worker.models import ScriptedModel
 
 TOOL = """
 from toren import define_tool

@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.worker import serve
 
 PAY = """

@@ -24,19 +24,45 @@ from toren.errors import TorenError
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SIDES: dict[str, set[str]] = {
+    "agent": {"agent"},
+    "store": {"agent", "store"},
+    "workflows": {"agent", "workflows"},
+    "connect": {"agent", "store", "workflows", "connect"},
+    "client": {"agent", "store", "workflows", "connect", "client"},
+    "web": {"agent", "store", "workflows", "connect", "client", "web"},
+    "cli": {"agent", "store", "workflows", "connect", "client", "web", "cli"},
+    "worker": {"agent", "store", "workflows", "connect", "worker"},
+}
+"""Each side of the package (`toren/<side>/`) → the sides it may import, besides `toren.errors`
+(which imports nothing of toren) and the top-level `toren` (whose names load lazily)."""
+
+RUNS_AGENT_CODE = {"toren.cli._agents"}
+"""The `toren` commands that run agent code on this machine (`worker`, `check`, `tools`): the
+one place the CLI reaches into the worker's side, imported only when one of them runs."""
+
 WORKFLOW_MAY_IMPORT = {
-    "toren.errors", "toren._types", "toren._transcript", "toren._schema", "toren._sdk_private"
+    "toren.errors", "toren.agent._types", "toren.agent._transcript", "toren.agent._schema",
+    "toren.agent._converter", "toren.agent._sdk_private",
 }  # fmt: skip
-"""Beyond `toren.workflows` itself: the contract types and errors, the transcript digest, and
-the pure JSON Schema check the workflow runs on a model's arguments."""
+"""Beyond `toren.workflows` itself: the contract types and errors, their JSON form, the
+transcript digest, the pure JSON Schema check the workflow runs on a model's arguments, and the
+stream's private SDK names."""
 
 NEVER_IN_THE_SANDBOX = ("httpx", "pypdf", "docx", "openpyxl", "psycopg", "yaml", "boto3")
 """Packages importing the workflow must not load (I/O and parsers belong to activities)."""
 
 PUBLIC_MODULES = {"toren.cli", "toren.client", "toren.connect", "toren.errors", "toren.testing",
-                  "toren.worker", "toren.workflows", "toren.activities", "toren.models",
-                  "toren.tools", "toren.web"}  # fmt: skip
-"""Modules a user may import by path; everything else behind them is a `_private` module."""
+                  "toren.worker", "toren.workflows", "toren.web"}  # fmt: skip
+"""Modules a user may import by path."""
+
+ROOMS = {"toren.agent", "toren.store", "toren.worker.activities", "toren.worker.tools",
+         "toren.worker.models", "toren.cli.__main__"}  # fmt: skip
+"""Packages that name a part of a side; what is in them is private (`_` modules)."""
+
+TOP_LEVEL = {"__init__.py", "errors.py", "testing.py", "py.typed"}
+"""The top of `toren/`: the public names, the error tree, the testing helpers; the rest are
+the sides' packages."""
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +83,56 @@ def test_workflows_import_only_contract_types_approvals_and_run_state(
     assert not wrong, f"workflow modules import outside their layer: {wrong}"
     upstream = graph.find_upstream_modules("toren.workflows", as_package=True)
     assert not {m for m in upstream if m.split(".")[0] in NEVER_IN_THE_SANDBOX}
-    assert not {m for m in upstream if m.startswith(("toren.tools", "toren.activities"))}
+    assert not {m for m in upstream if m.startswith(("toren.worker", "toren.client"))}
+
+
+def _side(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "toren"
+
+
+def test_each_side_imports_only_the_sides_below_it(graph: grimp.ImportGraph) -> None:
+    wrong = []
+    for module in sorted(m for m in graph.modules if m.startswith("toren.")):
+        side = _side(module)
+        if side not in SIDES:
+            continue
+        for imported in graph.find_modules_directly_imported_by(module):
+            if not imported.startswith("toren.") or imported == "toren.errors":
+                continue
+            if _side(imported) in SIDES[side]:
+                continue
+            if module in RUNS_AGENT_CODE and _side(imported) == "worker":
+                continue
+            lines = [d["line_number"] for d in graph.get_import_details(
+                importer=module, imported=imported)]  # fmt: skip
+            wrong.append(f"{module} -> {imported} (line {lines})")
+    assert not wrong, "imports across the sides DESIGN.md draws:\n" + "\n".join(wrong)
+    assert not graph.find_modules_directly_imported_by("toren.errors") & {
+        m for m in graph.modules if m.startswith("toren")
+    }
+
+
+def test_the_top_level_holds_only_public_entry_modules() -> None:
+    top = {p.name for p in (ROOT / "toren").iterdir() if p.name != "__pycache__"}
+    packages = {p.name for p in (ROOT / "toren").iterdir() if (p / "__init__.py").exists()}
+    assert top - packages == TOP_LEVEL
+    assert packages == {"agent", "cli", "client", "connect", "store", "web", "worker", "workflows"}
+    for name in packages:
+        doc = importlib.import_module(f"toren.{name}").__doc__ or ""
+        assert len(doc.splitlines()) >= 3, f"toren.{name} says what runs there and what it imports"
+
+
+@pytest.mark.parametrize("module", ["toren.client", "toren.cli", "toren.web", "toren.connect"])
+def test_client_sides_load_no_worker_code(module: str) -> None:
+    code = (
+        f"import json, sys; import {module}; "
+        "print(json.dumps([m for m in sys.modules if m.startswith('toren.worker')]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert json.loads(out) == [], f"importing {module} loads the worker's side"
 
 
 def test_no_import_circle_anywhere(graph: grimp.ImportGraph) -> None:
@@ -115,8 +190,10 @@ def test_importing_the_workflow_in_a_fresh_interpreter_stays_small() -> None:
     heavy = [m for m in loaded if m.split(".")[0] in NEVER_IN_THE_SANDBOX]
     assert not heavy, f"importing the workflow loads {heavy}"
     ours = [m for m in loaded if m.startswith("toren")]
-    assert not [m for m in ours if m.startswith(("toren.tools", "toren.activities"))], ours
-    assert not [m for m in ours if m.startswith("toren.models")], ours
+    assert not [
+        m for m in ours if m.startswith(("toren.worker.tools", "toren.worker.activities"))
+    ], ours
+    assert not [m for m in ours if m.startswith("toren.worker.models")], ours
     print(f"\nimporting toren.workflows loads {len(ours)} toren modules: {', '.join(ours)}")
 
 
@@ -147,7 +224,7 @@ def test_internals_are_private_modules() -> None:
         if not any(part.startswith("_") for part in m.__name__.split(".")[1:])
         and m.__name__ != "toren"
     ]
-    assert set(public) <= PUBLIC_MODULES, sorted(set(public) - PUBLIC_MODULES)
+    assert set(public) <= PUBLIC_MODULES | ROOMS, sorted(set(public) - PUBLIC_MODULES - ROOMS)
 
 
 def test_readme_uses_only_public_names() -> None:

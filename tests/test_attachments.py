@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from toren import _attachments as attachments
-from toren._attachments import MAX_BYTES, AttachmentError, AttachmentStore, attach
-from toren._config import AgentConfig
-from toren._parsers import PAGE_CHARS, split_pages
-from toren._tool import Tool, ToolContext
-from toren.tools import _read_attachment as read_attachment
+from toren.agent._config import AgentConfig
+from toren.agent._tool import Tool, ToolContext
+from toren.store import _attachments as attachments
+from toren.store._attachments import MAX_BYTES, AttachmentError, AttachmentStore, attach
+from toren.store._parsers import PAGE_CHARS, split_pages
+from toren.worker.tools import _read_attachment as read_attachment
 
 
 def make_pdf(pages: list[str]) -> bytes:
@@ -461,7 +461,7 @@ def test_an_xlsx_stops_at_the_text_limit_while_reading(
     rows, 2.9 MB, read whole for over 150 s and 1 GB before the limit was checked)."""
     import openpyxl
 
-    from toren import _parsers
+    from toren.store import _parsers
 
     monkeypatch.setattr(_parsers, "MAX_TEXT_CHARS", 50_000)
     workbook = openpyxl.Workbook(write_only=True)
@@ -484,7 +484,7 @@ def test_an_xlsx_stops_at_excels_row_limit(
     """Rows compress to nothing (ten million in 2.9 MB): reading stops past MAX_SHEET_ROWS."""
     import openpyxl
 
-    from toren import _parsers
+    from toren.store import _parsers
 
     monkeypatch.setattr(_parsers, "MAX_SHEET_ROWS", 1_000)
     workbook = openpyxl.Workbook(write_only=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from toren._types import AgentSpec, ModelCallResult, RunState
+from toren.agent._types import AgentSpec, ModelCallResult, RunState
 from toren.errors import RunError
 from toren.workflows._budget import CHARS_PER_TOKEN, Budget, fresh_spending
 

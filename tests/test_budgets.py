@@ -13,11 +13,11 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
-from toren._events import render
-from toren.activities import AgentRuntime
+from toren.client._events import render
 from toren.errors import ConfigError
-from toren.models import ModelReply, ModelRequest, ScriptedModel
 from toren.worker import serve
+from toren.worker.activities import AgentRuntime
+from toren.worker.models import ModelReply, ModelRequest, ScriptedModel
 
 ECHO = """
 from toren import define_tool

@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from toren._config import AgentConfig
-from toren._tool import Tool, ToolContext
+from toren.agent._config import AgentConfig
+from toren.agent._tool import Tool, ToolContext
 from toren.testing import free_port
-from toren.tools import _sql_query as sql_query
-from toren.tools._sql_query import RESULT_BYTES, SqlQueryError
+from toren.worker.tools import _sql_query as sql_query
+from toren.worker.tools._sql_query import RESULT_BYTES, SqlQueryError
 
 
 def make_tool() -> Tool:

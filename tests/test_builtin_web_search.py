@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from toren._agent import Agent
-from toren._config import AgentConfig
-from toren._tool import Tool, ToolContext
-from toren._types import ToolCallInput
-from toren.activities._loaded import LoadedAgent
-from toren.activities._tool_call import run_tool_call
-from toren.tools import _web_search as web_search
-from toren.tools._web_search import WebSearchError
+from toren.agent._config import AgentConfig
+from toren.agent._tool import Tool, ToolContext
+from toren.agent._types import ToolCallInput
+from toren.worker._agent import Agent
+from toren.worker._loaded import LoadedAgent
+from toren.worker.activities._tool_call import run_tool_call
+from toren.worker.tools import _web_search as web_search
+from toren.worker.tools._web_search import WebSearchError
 
 KEY = "tvly-test-0123456789abcdef"
 
@@ -222,7 +222,7 @@ async def test_5xx_is_retryable(tavily: Any, status: int) -> None:
 
 @pytest.mark.parametrize("status", [408, 409])
 async def test_408_and_409_are_retryable_as_for_the_models(tavily: Any, status: int) -> None:
-    # One classification in toren._http: what a model call retries, a search retries too.
+    # One classification in toren.worker._http: what a model call retries, a search retries too.
     tavily(reply(status, {"detail": {"error": "try again"}}))
     with pytest.raises(ApplicationError) as err:
         await TOOL.invoke({"query": "x"}, ctx())

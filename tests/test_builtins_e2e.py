@@ -17,7 +17,7 @@ from temporalio.client import Client
 from tests.conftest import fetch_history, result_of
 from tests.test_attachments import make_pdf
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.worker import serve
 
 

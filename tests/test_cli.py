@@ -23,12 +23,12 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import DevServer, result_of
 from tests.test_model_retries import completion
-from toren import _storage as storage
 from toren import client as toren_client
-from toren._agent import load_agent
-from toren._events import format_event, render
-from toren.models._openai import OpenAIModel
+from toren.client._events import format_event, render
+from toren.store import _payloads as storage
 from toren.worker import serve
+from toren.worker._agent import load_agent
+from toren.worker.models._openai import OpenAIModel
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -41,9 +41,9 @@ from tests.team_app import DoubleIt, Money, TeamPayloadConverter
 from tests.team_codec import CODEC_TOKEN, EncodeOnlyCodec, EncryptionCodec, codec_app
 from toren import TorenPlugin
 from toren import client as toren_client
-from toren._events import read_through
-from toren._storage import FileStorageDriver
+from toren.client._events import read_through
 from toren.connect import connect
+from toren.store._payloads import FileStorageDriver
 from toren.testing import free_port
 from toren.worker import serve
 
@@ -185,7 +185,7 @@ async def test_the_plugin_keeps_the_teams_codec_failure_converter_and_storage(
     assert converter.failure_converter_class is DefaultFailureConverterWithEncodedAttributes
     assert converter.external_storage is storage
     # and toren's types still convert (toren's converter is installed beside them)
-    from toren._types import PendingApproval
+    from toren.agent._types import PendingApproval
 
     call = PendingApproval(
         call_id="c", tool="t", args={"a": 1}, requested_at="x", reason="", step=1
@@ -195,7 +195,7 @@ async def test_the_plugin_keeps_the_teams_codec_failure_converter_and_storage(
 
 
 async def test_toren_connect_keeps_an_in_process_codec(dev_server: DevServer) -> None:
-    from toren._codec import CodecSettings
+    from toren.connect._codec import CodecSettings
 
     client = await connect(
         target_host=dev_server.address, codec=CodecSettings(codec="tests.team_codec:codec")
@@ -513,7 +513,7 @@ async def test_the_http_api_works_through_the_codec_server_and_names_the_fix_wit
     dev_server: DevServer,
     monkeypatch: Any,
 ) -> None:
-    from toren._codec import CodecSettings
+    from toren.connect._codec import CodecSettings
     from toren.web import Token, create_app
 
     monkeypatch.setenv("REFUND_API_KEY", "refund-key")

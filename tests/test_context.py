@@ -16,9 +16,9 @@ from temporalio.client import Client
 
 from tests.conftest import DevServer, fetch_history, result_of, secret, task_failures, wait_for
 from toren import client as toren_client
-from toren._events import render
-from toren.models import ScriptedModel
+from toren.client._events import render
 from toren.worker import serve
+from toren.worker.models import ScriptedModel
 
 STATE = """
 from toren import define_tool
@@ -312,7 +312,7 @@ tool = define_tool(description="Render a chart.", handler=render)
 READ_FILE = """
 import hashlib
 from toren import define_tool
-from toren._attachments import open_store
+from toren.store._attachments import open_store
 
 def read(args, ctx):
     return hashlib.sha256(open_store().get_blob(args["id"])).hexdigest()

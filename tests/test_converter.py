@@ -13,10 +13,8 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from toren import _converter
-from toren._plugin import PASSTHROUGH, workflow_runner
-from toren._storage import data_converter
-from toren._types import (
+from toren.agent import _converter
+from toren.agent._types import (
     AgentSpec,
     ModelCallResult,
     RunInput,
@@ -24,6 +22,8 @@ from toren._types import (
     ToolCallInput,
     ToolCallResult,
 )
+from toren.connect._plugin import PASSTHROUGH, workflow_runner
+from toren.store._payloads import data_converter
 
 
 def test_the_default_converter_is_the_pydantic_one_with_shared_adapters() -> None:

@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.conftest import result_of
 from toren import client as toren_client
-from toren._plugin import TorenPlugin
+from toren.connect._plugin import TorenPlugin
 from toren.worker import serve
 
 GATED = """

@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.worker import serve
 
 FAILING = """

@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
-from toren.models import ScriptedModel
 from toren.worker import serve
+from toren.worker.models import ScriptedModel
 
 TOOL = """
 from toren import define_tool

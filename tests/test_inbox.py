@@ -23,8 +23,8 @@ from temporalio.common import SearchAttributeKey
 
 from tests.conftest import DevServer, fetch_history, result_of, task_failures, wait_for
 from toren import UsageError
-from toren import _search_attributes as search_attributes
 from toren import client as toren_client
+from toren.connect import _search_attributes as search_attributes
 from toren.connect import connect
 from toren.worker import serve
 

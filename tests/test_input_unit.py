@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from toren._schema import validate_args
+from toren.agent._schema import validate_args
 from toren.workflows._approvals import (
     _duration,
     _short_time,

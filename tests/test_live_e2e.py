@@ -18,11 +18,11 @@ from temporalio.client import Client
 
 from tests.conftest import result_of, wait_for
 from toren import client as toren_client
-from toren.models._openai import OpenAIModel
 from toren.testing import free_port
 from toren.web import create_app
 from toren.web._auth import Token
 from toren.worker import serve
+from toren.worker.models._openai import OpenAIModel
 
 PIECES = ["The order ", "shipped ", "on Monday ", "and arrives ", "tomorrow."]
 PAUSE_S = 0.3

@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from tests.conftest import ROOT, fetch_history, result_of, secret, wait_for
 from toren import client as toren_client
-from toren._events import format_event, render
+from toren.client._events import format_event, render
 from toren.worker import serve
 
 RECORDING = [

@@ -18,8 +18,8 @@ from temporalio.client import Client
 
 from tests.conftest import DevServer, result_of, task_failures, wait_for
 from toren import client as toren_client
-from toren.models import ScriptedModel
 from toren.worker import serve
+from toren.worker.models import ScriptedModel
 
 COUNT = """
 from toren import define_tool

@@ -4,7 +4,7 @@ attachments included.
 Two `toren worker` subprocesses serve one sandboxed agent, each with its own directory and
 workspace cache (`TOREN_WORKSPACES`), as two machines would; they share only the store
 (`TOREN_STORE`: a directory, then S3 on a moto server) and the Temporal server. The
-attachment is made before the run (`toren._attachments.attach`; with S3, `toren attach` from a
+attachment is made before the run (`toren.store._attachments.attach`; with S3, `toren attach` from a
 third directory). The scripted run writes files, reads the attachment, then starts a slow bash call that half-changes the
 workspace; the worker running it is SIGKILLed. bash fails closed (`max_attempts=1`) and the
 other worker finishes the run: its calls see every file from before the killed call and none
@@ -32,9 +32,9 @@ from temporalio.client import Client
 
 from tests.conftest import S3_ENV, DevServer, fetch_history, task_failures, wait_for
 from toren import client as toren_client
-from toren._attachments import attach
-from toren._store import Store, open_store
-from toren._workspace import download
+from toren.store._attachments import attach
+from toren.store._store import Store, open_store
+from toren.store._workspace import download
 
 ROOT = Path(__file__).resolve().parent.parent
 

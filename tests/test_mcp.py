@@ -24,8 +24,8 @@ from temporalio.worker import Replayer
 from tests.conftest import fetch_history, result_of, secret, task_failures, wait_for
 from toren import ConfigError, load_agent
 from toren import client as toren_client
-from toren._events import render
-from toren._plugin import TorenPlugin, workflow_runner
+from toren.client._events import render
+from toren.connect._plugin import TorenPlugin, workflow_runner
 from toren.worker import serve
 from toren.workflows import AgentRun, AgentThread
 
@@ -308,7 +308,7 @@ async def test_a_server_down_at_start_joins_a_later_run(
     agent_name: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from toren.activities._mcp_pool import McpPool
+    from toren.worker._mcp._pool import McpPool
 
     monkeypatch.setattr(McpPool, "refresh_every_s", 0.0)
     port = free_port()

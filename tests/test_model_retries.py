@@ -19,11 +19,11 @@ from temporalio.converter import default as default_converter
 
 from tests.conftest import fetch_history, result_of, secret
 from toren import client as toren_client
-from toren._attempts import attempts_before
-from toren._events import format_event, render
-from toren.models._anthropic import AnthropicModel
-from toren.models._openai import OpenAIModel
+from toren.agent._attempts import attempts_before
+from toren.client._events import format_event, render
 from toren.worker import serve
+from toren.worker.models._anthropic import AnthropicModel
+from toren.worker.models._openai import OpenAIModel
 
 
 def completion(text: str) -> dict[str, object]:

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from toren._http import retry_after
-from toren.models._anthropic import AnthropicModel
-from toren.models._base import ModelHTTPError, ModelRequest
-from toren.models._openai import OpenAIModel
+from toren.worker._http import retry_after
+from toren.worker.models._anthropic import AnthropicModel
+from toren.worker.models._base import ModelHTTPError, ModelRequest
+from toren.worker.models._openai import OpenAIModel
 
 KEY = "sk-test-1234567890abcdef"
 

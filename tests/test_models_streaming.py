@@ -22,10 +22,10 @@ import pytest
 
 from tests.test_models_http import KEY, WEATHER_TOOL
 from tests.test_provider_tools import SEARCHED
-from toren.models._anthropic import AnthropicModel
-from toren.models._base import ModelHTTPError, ModelReply, ModelRequest
-from toren.models._openai import OpenAIModel
-from toren.models._sse import ServerSentEvent, SSEParser
+from toren.worker.models._anthropic import AnthropicModel
+from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
+from toren.worker.models._openai import OpenAIModel
+from toren.worker.models._sse import ServerSentEvent, SSEParser
 
 Delta = dict[str, Any]
 Chunk = tuple[float, bytes]

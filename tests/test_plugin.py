@@ -18,8 +18,8 @@ from temporalio.worker import Worker
 from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from tests.user_app import UserFlow, shout
 from toren import AgentRuntime, RunError, TorenPlugin
-from toren import _plugin as toren_plugin
 from toren import client as toren_client
+from toren.connect import _plugin as toren_plugin
 from toren.worker import serve
 
 LOOKUP = """

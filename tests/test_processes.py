@@ -15,10 +15,10 @@ from temporalio.client import Client
 from tests.conftest import fetch_history, result_of, task_failures
 from toren import ConfigError, load_agent
 from toren import client as toren_client
-from toren._events import render
-from toren.activities._runtime import AgentRuntime
-from toren.models import ScriptedModel
+from toren.client._events import render
 from toren.worker import serve
+from toren.worker.activities._runtime import AgentRuntime
+from toren.worker.models import ScriptedModel
 
 NAP = """
 import asyncio

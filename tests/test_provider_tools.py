@@ -21,12 +21,12 @@ from temporalio.worker import Replayer
 from tests.conftest import fetch_history, result_of
 from toren import AgentRun
 from toren import client as toren_client
-from toren._events import render
-from toren._plugin import TorenPlugin, workflow_runner
-from toren.models import ScriptedModel
-from toren.models._anthropic import AnthropicModel
-from toren.models._base import ModelRequest
+from toren.client._events import render
+from toren.connect._plugin import TorenPlugin, workflow_runner
 from toren.worker import serve
+from toren.worker.models import ScriptedModel
+from toren.worker.models._anthropic import AnthropicModel
+from toren.worker.models._base import ModelRequest
 
 KEY = "sk-ant-test-1234567890"
 
@@ -280,7 +280,7 @@ async def test_a_plain_call_of_a_provider_tool_runs_nothing(
 
 def test_the_transcript_keeps_the_blocks_for_the_next_request() -> None:
     # A transcript recorded with a searched reply maps back to the same blocks.
-    from toren.models._anthropic import _messages
+    from toren.worker.models._anthropic import _messages
 
     assistant = {
         "role": "assistant",

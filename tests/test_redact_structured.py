@@ -18,9 +18,9 @@ from temporalio.client import Client
 from tests._secret_oracle import search
 from tests.conftest import fetch_history, result_of, secret, task_failures
 from toren import client as toren_client
-from toren._events import render
-from toren._redact import MARKER
+from toren.client._events import render
 from toren.worker import serve
+from toren.worker._redact import MARKER
 
 DEBUG = """
 import os

@@ -1,4 +1,4 @@
-"""`toren._redact` on its own: which texts a `Redactor` changes, and exactly how.
+"""`toren.worker._redact` on its own: which texts a `Redactor` changes, and exactly how.
 
 Pure and fast, so mutation testing runs it on every mutant of the module (`tests/mutation.md`);
 `tests/test_redaction.py` follows secrets through a real run.
@@ -6,7 +6,7 @@ Pure and fast, so mutation testing runs it on every mutant of the module (`tests
 
 from __future__ import annotations
 
-from toren._redact import MARKER, MIN_SECRET_CHARS, Redactor, forms, redactor
+from toren.worker._redact import MARKER, MIN_SECRET_CHARS, Redactor, forms, redactor
 
 
 def test_short_values_are_left_alone() -> None:

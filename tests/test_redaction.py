@@ -27,11 +27,11 @@ from tests._secret_oracle import encodings
 from tests.conftest import keep_history, result_of, secret, task_failures
 from tests.test_context import ECHO
 from toren import client as toren_client
-from toren._redact import MARKER, Redactor
-from toren._types import ApprovalQuestion
-from toren.activities import AgentRuntime
-from toren.models import ModelReply, ModelRequest, ScriptedModel
+from toren.agent._types import ApprovalQuestion
 from toren.worker import serve
+from toren.worker._redact import MARKER, Redactor
+from toren.worker.activities import AgentRuntime
+from toren.worker.models import ModelReply, ModelRequest, ScriptedModel
 
 LEAK = """
 from urllib.parse import quote, quote_plus

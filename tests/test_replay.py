@@ -18,8 +18,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from toren import AgentRun, AgentThread
-from toren._events import render
-from toren._plugin import TorenPlugin, workflow_runner
+from toren.client._events import render
+from toren.connect._plugin import TorenPlugin, workflow_runner
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

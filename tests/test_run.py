@@ -26,7 +26,7 @@ from tests.conftest import (
 )
 from toren import AgentRun, RunResult
 from toren import client as toren_client
-from toren._plugin import workflow_runner
+from toren.connect._plugin import workflow_runner
 from toren.worker import serve
 
 ECHO = """
@@ -109,7 +109,7 @@ async def run(client: Client, folder: Path, prompt: str = "go", **kwargs: Any) -
 
 def tool_results(history: Any) -> list[str]:
     """Every tool result the model saw, from the model calls' inputs and tool activities."""
-    from toren._events import render
+    from toren.client._events import render
 
     return [e["result"] for e in render(history) if e["type"] == "ToolCallCompleted"]
 
@@ -360,7 +360,7 @@ async def test_max_steps_budget_fails_the_run_clearly(
     assert getattr(cause, "type", None) == "BudgetExceeded"
     assert getattr(cause, "non_retryable", None) is True
     # Where it stopped: three model calls and their three tool calls, not one more or less.
-    from toren._events import render
+    from toren.client._events import render
 
     events = render(await fetch_history(client, handle.id))
     assert [e["type"] for e in events].count("LlmCallStarted") == 3

@@ -19,16 +19,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-import toren.tools._sandbox as sandbox
+import toren.worker.tools._sandbox as sandbox
 from tests.conftest import fetch_history, history_bytes, result_of, secret
 from toren import CodeRun, SandboxError, ToolContext
 from toren import client as toren_client
-from toren._config import AgentConfig
-from toren._events import render
-from toren._workspace import download
-from toren.tools._sandbox._files import workspace_name
-from toren.tools._sandbox._jail import Jail
+from toren.agent._config import AgentConfig
+from toren.client._events import render
+from toren.store._workspace import download, workspace_name
 from toren.worker import serve
+from toren.worker.tools._sandbox._jail import Jail
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,

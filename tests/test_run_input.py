@@ -25,7 +25,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from tests.conftest import fetch_history, result_of, task_failures
-from toren._events import render
+from toren.client._events import render
 from toren.testing import temporal_cli
 from toren.worker import serve
 from toren.workflows import _tool_calls

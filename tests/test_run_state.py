@@ -24,7 +24,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.conftest import fetch_history, result_of, task_failures
 from toren import client as toren_client
-from toren._types import RunInput, RunState
+from toren.agent._types import RunInput, RunState
 from toren.worker import serve
 
 
@@ -150,7 +150,7 @@ async def test_a_child_notice_pending_at_continue_as_new_reaches_the_model(
                workflow_runner=UnsandboxedWorkflowRunner()),
         serve(client, [folder]) as runtime,
     ):  # fmt: skip
-        from toren.models import ScriptedModel
+        from toren.worker.models import ScriptedModel
 
         runtime.agents[agent_name].provider = ScriptedModel([start, *ticks, *naps, final])
         handle = await toren_client.start_run(client, agent_name, "go", run_id=f"{agent_name}-r")

@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-import toren.tools._sandbox as sandbox
+import toren.worker.tools._sandbox as sandbox
 from toren import ConfigError, ToolContext, load_agent
-from toren._config import AgentConfig, SandboxConfig
-from toren._tool import Tool
-from toren.tools._sandbox import SandboxError
-from toren.tools._sandbox._files import _open_file, workspace_dir, workspace_name
-from toren.tools._sandbox._jail import Jail
+from toren.agent._config import AgentConfig, SandboxConfig
+from toren.agent._tool import Tool
+from toren.store._workspace import workspace_dir, workspace_name
+from toren.worker.tools._sandbox import SandboxError
+from toren.worker.tools._sandbox._files import _open_file
+from toren.worker.tools._sandbox._jail import Jail
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None,

@@ -20,7 +20,7 @@ from temporalio.client import Client
 
 from tests.conftest import fetch_history, result_of
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.worker import serve
 
 LIMITS = {"memoryMB": 256, "cpuSeconds": 3, "processes": 64, "fileSizeMB": 50, "workspaceMB": 100}

@@ -1,6 +1,6 @@
 """Each private name of `temporalio` toren uses still holds on the installed SDK.
 
-One test per use (`toren._sdk_private.USES`): on a newer SDK that renamed one, the failure says
+One test per use (`toren.agent._sdk_private.USES`): on a newer SDK that renamed one, the failure says
 which name, which toren module relies on it and what to do. `.ci/run` runs this file (and the
 core suite) on the newest `temporalio` pip offers too.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-from toren import _sdk_private
-from toren._sdk_private import USES
+from toren.agent import _sdk_private
+from toren.agent._sdk_private import USES
 
 
 @pytest.mark.parametrize("use", sorted(USES))

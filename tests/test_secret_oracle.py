@@ -1,7 +1,7 @@
 """The secret oracle finds a secret in each of its encodings, in each place history keeps text.
 
 `tests/conftest.py::secret_oracle` runs `tests._secret_oracle.search` after every test over the
-histories it made; these tests show the search itself works, without asking `toren._redact`.
+histories it made; these tests show the search itself works, without asking `toren.worker._redact`.
 """
 
 from __future__ import annotations

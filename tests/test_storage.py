@@ -21,11 +21,11 @@ from temporalio.converter import (
 
 from tests.conftest import DevServer, fetch_history, task_failures
 from toren import ConfigError
-from toren import _storage as storage
 from toren import client as toren_client
-from toren._limits import MAX_RESULT_BYTES
-from toren.models._base import ModelReply, ModelRequest
+from toren.agent._payload_limits import MAX_RESULT_BYTES
+from toren.store import _payloads as storage
 from toren.worker import serve
+from toren.worker.models._base import ModelReply, ModelRequest
 
 BIG_CHARS = 5 * 1024 * 1024
 BIG = "".join(f"{i:08d}" for i in range(BIG_CHARS // 8))
@@ -243,8 +243,8 @@ async def test_connect_installs_the_store_named_by_the_environment(
 ) -> None:
     from temporalio.contrib.pydantic import PydanticPayloadConverter
 
-    from toren._plugin import TorenPlugin
     from toren.connect import connect
+    from toren.connect._plugin import TorenPlugin
 
     monkeypatch.setenv(storage.ENV_VAR, f"file://{tmp_path / 'payloads'}")
     client = await connect(target_host=dev_server.address)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import toren._store as store_module
+import toren.store._store as store_module
 from tests.conftest import S3_ENV
 from toren import ConfigError
-from toren._store import DirStore, S3Store, Store, StoreError, StoreMissing, check_store
+from toren.store._store import DirStore, S3Store, Store, StoreError, StoreMissing, check_store
 from toren.testing import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ Each reader used to hold a long-poll update on the run, and Temporal lets a work
 updates in flight: ten readers made every decision fail (`limit on number of concurrent in-flight
 updates has been reached (10)`), readers that went away kept the slots until the run next
 published, and each reader's wake-ups grew the history. Readers now read by query through one
-loop per run per process (`toren._stream_feed`), and the run refuses long polls past
+loop per run per process (`toren.client._stream_feed`), and the run refuses long polls past
 `MAX_OPEN_POLLS` (`toren.workflows._stream_state`).
 """
 
@@ -24,7 +24,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from tests.conftest import DevServer, fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
-from toren._stream_feed import feed_count
+from toren.client._stream_feed import feed_count
 from toren.testing import free_port
 from toren.worker import serve
 from toren.workflows._stream_state import MAX_OPEN_POLLS, POLLS_FULL

@@ -24,12 +24,12 @@ from temporalio.worker import Replayer
 
 from tests.conftest import DevServer, fetch_history, result_of, secret
 from toren import client as toren_client
-from toren._plugin import TorenPlugin, workflow_runner
-from toren._telemetry import CAPTURE_VAR, Telemetry
 from toren.connect import connect
-from toren.models import ScriptedModel
+from toren.connect._plugin import TorenPlugin, workflow_runner
 from toren.testing import free_port
 from toren.worker import serve
+from toren.worker._telemetry import CAPTURE_VAR, Telemetry
+from toren.worker.models import ScriptedModel
 from toren.workflows import AgentRun
 
 ECHO = """

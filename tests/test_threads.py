@@ -17,10 +17,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 
 from tests.conftest import DevServer, fetch_history, result_of, secret, task_failures, wait_for
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.errors import RunError, UsageError
-from toren.models import ScriptedModel
 from toren.worker import serve
+from toren.worker.models import ScriptedModel
 
 
 def said(messages: list[dict[str, Any]]) -> str:

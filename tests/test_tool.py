@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from toren import ConfigError, ToolContext, define_tool
-from toren._schema import check_schema, validate_args
+from toren.agent._schema import check_schema, validate_args
 
 
 class Args(BaseModel):

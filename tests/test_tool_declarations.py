@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from toren import ConfigError, define_tool, list_tools
-from toren.activities._runtime import AgentRuntime
+from toren.worker.activities._runtime import AgentRuntime
 
 
 def handler(args: Any, ctx: Any) -> str:

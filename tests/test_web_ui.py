@@ -24,7 +24,7 @@ from tests import browser
 from tests.conftest import ROOT, DevServer, fetch_history, task_failures, wait_for
 from tests.test_approvals import PAY, paid
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.worker import serve
 
 pytestmark = pytest.mark.skipif(

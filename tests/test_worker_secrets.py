@@ -24,9 +24,9 @@ from temporalio.client import Client
 from tests._secret_oracle import search
 from tests.conftest import fetch_history, result_of, secret, task_failures
 from toren import client as toren_client
-from toren._events import render
-from toren._redact import MARKER
+from toren.client._events import render
 from toren.testing import DevServer
+from toren.worker._redact import MARKER
 
 PRYING = Path(__file__).resolve().parent / "mcp_servers" / "prying.py"
 
@@ -156,7 +156,7 @@ def test_without_bubblewrap_a_stdio_server_starts_only_when_the_operator_allows(
 def test_a_value_found_only_by_its_name_must_look_like_a_secret() -> None:
     """Undeclared `*_PASSWORD=test` of a dev box turned `test` into a marker in every result of
     every agent (found in review): a name-only match needs 8 characters and no file path."""
-    from toren.activities._loaded import worker_secrets
+    from toren.worker._loaded import worker_secrets
 
     held = worker_secrets(
         [],

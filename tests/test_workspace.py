@@ -1,4 +1,4 @@
-"""Workspace versions (`toren._workspace`) without Temporal: what a host's copy holds after
+"""Workspace versions (`toren.store._workspace`) without Temporal: what a host's copy holds after
 `prepare`, what `commit` stores, and what a call that died half-way leaves behind (nothing).
 
 Each "host" is a `Workspaces` with its own cache directory over one shared `DirStore`.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from toren._store import DirStore, StoreError
-from toren._workspace import Manifest, Workspaces, download, latest_version
+from toren.store._store import DirStore, StoreError
+from toren.store._workspace import Manifest, Workspaces, download, latest_version
 
 RUN = "run-ws-1"
 
@@ -315,8 +315,8 @@ async def test_a_host_whose_store_changed_checks_its_copy_against_the_new_store(
 UNREADABLE = """
 import asyncio, os, sys
 from pathlib import Path
-from toren._store import DirStore
-from toren._workspace import Workspaces, download
+from toren.store._store import DirStore
+from toren.store._workspace import Workspaces, download
 
 base = Path(sys.argv[1])
 store = DirStore(base / "store")

@@ -15,7 +15,7 @@ from temporalio.client import Client
 
 from tests.conftest import fetch_history, result_of
 from toren import client as toren_client
-from toren._events import render
+from toren.client._events import render
 from toren.worker import serve
 
 
@@ -145,9 +145,9 @@ def test_a_planted_manifest_never_writes_outside_the_folder(
     import hashlib
     import json
 
-    from toren._store import open_store
-    from toren._workspace import Workspaces
     from toren.errors import StoreError
+    from toren.store._store import open_store
+    from toren.store._workspace import Workspaces
 
     store_dir, outside = tmp_path / "store", tmp_path / "outside"
     outside.mkdir()

@@ -25,15 +25,12 @@ from typing import TYPE_CHECKING, Any
 from toren import errors as _errors
 
 if TYPE_CHECKING:
-    from toren._agent import Agent, load_agent
-    from toren._code_run import CodeRun
-    from toren._config import AgentConfig
-    from toren._context import Attachment, ExecutionState, ToolResult, Variable
-    from toren._plugin import TorenPlugin
-    from toren._tool import Tool, ToolContext, define_tool
-    from toren._tool_list import ToolInfo, list_tools
-    from toren._types import Decision, PendingApproval, RunInput, RunResult, ThreadResult
-    from toren.activities import AgentRuntime
+    from toren.agent._code_run import CodeRun
+    from toren.agent._config import AgentConfig
+    from toren.agent._context import Attachment, ExecutionState, ToolResult, Variable
+    from toren.agent._tool import Tool, ToolContext, define_tool
+    from toren.agent._types import Decision, PendingApproval, RunInput, RunResult, ThreadResult
+    from toren.connect._plugin import TorenPlugin
     from toren.errors import (
         ApprovalWaitError,
         AttachmentError,
@@ -54,7 +51,10 @@ if TYPE_CHECKING:
         UsageError,
         WebSearchError,
     )
-    from toren.models import ModelProvider, ModelReply, ModelRequest
+    from toren.worker._agent import Agent, load_agent
+    from toren.worker._tool_list import ToolInfo, list_tools
+    from toren.worker.activities import AgentRuntime
+    from toren.worker.models import ModelProvider, ModelReply, ModelRequest
     from toren.workflows import AgentRun, AgentThread
 
 __all__ = [
@@ -104,29 +104,29 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Agent": "toren._agent",
-    "load_agent": "toren._agent",
-    "CodeRun": "toren._code_run",
-    "AgentConfig": "toren._config",
-    "Attachment": "toren._context",
-    "ExecutionState": "toren._context",
-    "ToolResult": "toren._context",
-    "Variable": "toren._context",
-    "TorenPlugin": "toren._plugin",
-    "Tool": "toren._tool",
-    "ToolContext": "toren._tool",
-    "define_tool": "toren._tool",
-    "ToolInfo": "toren._tool_list",
-    "list_tools": "toren._tool_list",
-    "Decision": "toren._types",
-    "PendingApproval": "toren._types",
-    "RunInput": "toren._types",
-    "RunResult": "toren._types",
-    "ThreadResult": "toren._types",
-    "AgentRuntime": "toren.activities",
-    "ModelProvider": "toren.models",
-    "ModelReply": "toren.models",
-    "ModelRequest": "toren.models",
+    "Agent": "toren.worker._agent",
+    "load_agent": "toren.worker._agent",
+    "CodeRun": "toren.agent._code_run",
+    "AgentConfig": "toren.agent._config",
+    "Attachment": "toren.agent._context",
+    "ExecutionState": "toren.agent._context",
+    "ToolResult": "toren.agent._context",
+    "Variable": "toren.agent._context",
+    "TorenPlugin": "toren.connect._plugin",
+    "Tool": "toren.agent._tool",
+    "ToolContext": "toren.agent._tool",
+    "define_tool": "toren.agent._tool",
+    "ToolInfo": "toren.worker._tool_list",
+    "list_tools": "toren.worker._tool_list",
+    "Decision": "toren.agent._types",
+    "PendingApproval": "toren.agent._types",
+    "RunInput": "toren.agent._types",
+    "RunResult": "toren.agent._types",
+    "ThreadResult": "toren.agent._types",
+    "AgentRuntime": "toren.worker.activities",
+    "ModelProvider": "toren.worker.models",
+    "ModelReply": "toren.worker.models",
+    "ModelRequest": "toren.worker.models",
     "AgentRun": "toren.workflows",
     "AgentThread": "toren.workflows",
 }

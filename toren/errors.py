@@ -173,7 +173,7 @@ class InvalidJSONPayloadError(TorenError, ValueError):
 class UndecodablePayloadError(TorenError):
     """A payload in an encoding no converter here reads: the team's codec is missing.
 
-    The message is one line naming the settings that fix it (`toren._codec`). `accepted` is
+    The message is one line naming the settings that fix it (`toren.connect._codec`). `accepted` is
     true when the action that met it (a decision, a message) took effect first, and only its
     answer could not be read.
     """

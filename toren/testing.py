@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from toren.models._mock import ScriptedModel
+from toren.worker.models._mock import ScriptedModel
 
 __all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "moto_s3", "temporal_cli"]
 

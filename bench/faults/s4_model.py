@@ -82,7 +82,7 @@ def base_url_probe(base: Path) -> Figure:
 
     Loaded in-process with toren's own `AgentRuntime.load`: nothing is sent anywhere.
     """
-    from toren.activities._runtime import AgentRuntime
+    from toren.worker.activities._runtime import AgentRuntime
 
     folder = write_agent(base, "f4_probe", tools={}, model="openai/test-model")
     environ = {**os.environ, "OPENAI_API_KEY": "dummy", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",

@@ -29,9 +29,9 @@ from temporalio.api.enums.v1 import EventType
 from bench.faults.common import Harness, await_outcome
 from bench.faults.report import Figure, info, must_equal, must_zero
 from toren import client as toren_client
-from toren._attachments import attach
-from toren._store import DirStore
-from toren._workspace import download
+from toren.store._attachments import attach
+from toren.store._store import DirStore
+from toren.store._workspace import download
 
 __all__ = ["run", "skipped"]
 

@@ -38,9 +38,9 @@ import yaml
 
 from toren import client as toren_client
 from toren.connect import connect
-from toren.models._openai import OpenAIModel
 from toren.testing import FAST_DISPATCH, DevServer, free_port
 from toren.worker import serve
+from toren.worker.models._openai import OpenAIModel
 
 TOOL = textwrap.dedent(
     """

@@ -30,7 +30,7 @@ so take 3 repeats or more:
 - `commit, one file changed`: the snapshot after a call: a walk, hashing of what changed,
   upload of blobs the store lacks (a HEAD each on S3), the manifest. `hashed` counts every
   file read to hash it: the changed file, and any file the host's *previous* walk saw change
-  within `RACY_NS` (50 ms) before it began, hashed once more (`toren._workspace.RACY_NS`).
+  within `RACY_NS` (50 ms) before it began, hashed once more (`toren.store._workspace.RACY_NS`).
   Here the previous walk is the no-change commit below, so that is nothing; had the previous
   walk been the previous call's commit, its file would be hashed again here instead.
   `stored` is the blob bytes uploaded (the manifest, a few KB, is not counted).
@@ -55,7 +55,7 @@ Times are wall clock in this process on a loaded 2-core machine; the page cache 
 files were just written), so disk reads cost little. The S3 figures are against moto's
 standalone server on loopback (one Python process on the same cores, in-memory objects): they
 show the number of requests (a HEAD per new blob, an upload per new blob, a download per file
-restored, each through boto3's transfer manager, `toren._workspace.TRANSFERS` = 8 at a time)
+restored, each through boto3's transfer manager, `toren.store._workspace.TRANSFERS` = 8 at a time)
 more than a real S3's latency or bandwidth. Each store/size gets its own store (a temp directory or
 a bucket prefix), so every blob of the first version is new to it.
 """
@@ -74,8 +74,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from toren._store import DirStore, S3Store, Store
-from toren._workspace import Stats, Workspaces
+from toren.store._store import DirStore, S3Store, Store
+from toren.store._workspace import Stats, Workspaces
 from toren.testing import moto_s3
 
 RUN = "bench-run"

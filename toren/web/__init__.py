@@ -13,7 +13,8 @@ app = create_app(client)        # any ASGI server; every answer comes from Tempo
 ```
 
 Every request is answered from Temporal alone, so any number of replicas may serve it. The
-OpenAPI document is at `/v1/openapi.json`.
+OpenAPI document is at `/v1/openapi.json`. A client's side: imports `toren.client`,
+`connect`, `agent` and `store`, never the worker's.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from toren._events import read_through
-from toren._readable import check_readable
+from toren.client._events import read_through
+from toren.client._readable import check_readable
 from toren.web._auth import Access
 from toren.web._errors import WebError
 

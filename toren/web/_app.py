@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client
 
-from toren._codec import CodecSettings
+from toren.connect._codec import CodecSettings
 from toren.web._auth import Token, authorize, parse_tokens
 from toren.web._errors import answer, error_response
 from toren.web._openapi import openapi
@@ -75,7 +75,7 @@ def create_app(
             config on the first request (`toren.connect.connect`).
         tokens: the accepted bearer tokens; default, those of `TOREN_WEB_TOKENS`. With none,
             every request is let in: `toren serve` allows that only on a loopback address.
-        codec: the team's codec for a client connected here (`toren._codec`); default from
+        codec: the team's codec for a client connected here (`toren.connect._codec`); default from
             `TOREN_PAYLOAD_CODEC`, `TEMPORAL_CODEC_ENDPOINT` and the profile.
     """
     if tokens is None:

@@ -6,7 +6,7 @@ import ipaddress
 import logging
 import os
 
-from toren._codec import CodecSettings
+from toren.connect._codec import CodecSettings
 from toren.errors import UsageError
 from toren.web._app import create_app
 from toren.web._auth import parse_tokens

@@ -15,9 +15,9 @@ nothing twice. `?from=N` starts at offset N. The response ends after the run's
 here but the items not yet sent: the offsets are the workflow's own.
 
 The clients of one run share one reader in this process, and it reads by query
-(`toren._stream_feed`): however many clients watch, the run sees one reader per server process,
-no update of theirs is in flight on it (approvals and messages are updates, 10 at most at once),
-and a client that goes away holds nothing.
+(`toren.client._stream_feed`): however many clients watch, the run sees one reader per server
+process, no update of theirs is in flight on it (approvals and messages are updates, 10 at most at
+once), and a client that goes away holds nothing.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamItem
 from temporalio.service import RPCError, RPCStatusCode
 
-from toren._stream_feed import read
+from toren.agent._types import STREAM_TOPIC
+from toren.client._stream_feed import read
 from toren.web._errors import WebError
 
-__all__ = ["TOPIC", "check_stream", "sse_events", "start_offset"]
+__all__ = ["check_stream", "sse_events", "start_offset"]
 
-TOPIC = "toren"
 FINAL = ("run_completed", "run_failed")
 _OFFSET = {"Last-Event-ID": re.compile(r"[0-9]{1,18}"), "from": re.compile(r"[0-9]{1,9}")}
 """ASCII digits, as many as the OpenAPI allows each (`from` is an integer up to 999,999,999)."""
@@ -94,7 +94,7 @@ async def sse_events(
 
     A thread's stream goes on past each execution's `run_completed` until the thread closes.
     """
-    items = read(client, workflow_id, offset, topic=TOPIC)
+    items = read(client, workflow_id, offset, topic=STREAM_TOPIC)
     yield "retry: 1000\n\n"
     next_item: asyncio.Task[WorkflowStreamItem[Any]] | None = None
     try:

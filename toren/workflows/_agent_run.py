@@ -28,8 +28,8 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from toren._transcript import TranscriptRef, page_of
-    from toren._types import (
+    from toren.agent._transcript import TranscriptRef, page_of
+    from toren.agent._types import (
         CUT_AT_MAX_TOKENS,
         STREAM_TOPIC,
         AgentSpec,
@@ -181,7 +181,7 @@ class AgentRun:
         return result
 
     def publish(self, type_: str, fields: dict[str, Any]) -> None:
-        """Publish a live item (`toren._live`): its `type`, `run_id`, `step`, then `fields`.
+        """Publish a live item (`toren.worker._live`): its `type`, `run_id`, `step`, then `fields`.
 
         Everything here comes from the run's state and recorded results, which the worker
         redacted before they reached history.
@@ -363,7 +363,7 @@ class AgentRun:
             ) from None
         for item in reply.live or ():
             # What the call had not yet streamed when it returned (it saved a signal), without
-            # what the run knows (`toren._live.TAIL_OMITS`).
+            # what the run knows (`toren.worker._live.TAIL_OMITS`).
             self.publish(str(item.get("type")), {"attempt": reply.attempt, **item})
         transcript.model_replied(reply.message)
         self._budget.after_call(spec, reply)

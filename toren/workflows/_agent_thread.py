@@ -35,8 +35,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from toren._transcript import TranscriptRef
-    from toren._types import (
+    from toren.agent._transcript import TranscriptRef
+    from toren.agent._types import (
         RunInput,
         RunResult,
         RunState,

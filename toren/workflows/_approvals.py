@@ -15,7 +15,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from toren._types import Decision, PendingApproval
+from toren.agent._types import Decision, PendingApproval
 
 __all__ = [
     "APPROVE_HELP",

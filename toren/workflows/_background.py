@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, Workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from toren._types import RunInput, RunState, ToolSpec
+    from toren.agent._types import RunInput, RunState, ToolSpec
 
 __all__ = ["CHILD_OUTPUT_CHARS", "Background"]
 

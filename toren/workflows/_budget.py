@@ -17,7 +17,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from toren._types import AgentSpec, ModelCallResult, RunState
+    from toren.agent._types import AgentSpec, ModelCallResult, RunState
     from toren.errors import RunError
 
 __all__ = ["Budget", "fresh_spending"]

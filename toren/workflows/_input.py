@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from temporalio.converter import value_to_type
 
-    from toren._types import RunInput, RunState, ThreadCarry, ThreadInput
+    from toren.agent._types import RunInput, RunState, ThreadCarry, ThreadInput
     from toren.workflows._approvals import json_type
 
 __all__ = [

@@ -6,9 +6,9 @@ subscriber follows the chain. Only the newest items travel (`CARRY_BYTES`): the 
 stays small however long the run; a subscriber asking for an older offset gets the kept items,
 after a `truncated` notice.
 
-Readers should read by the stream's query (toren's own do: `toren._stream_feed`). A reader that
-long-polls with the stream's update (the SDK's `WorkflowStreamClient.subscribe`, or a toren from
-before) holds one of the 10 updates Temporal lets a workflow have in flight, and decisions and
+Readers should read by the stream's query (toren's own do: `toren.client._stream_feed`). A reader
+that long-polls with the stream's update (the SDK's `WorkflowStreamClient.subscribe`, or a toren
+from before) holds one of the 10 updates Temporal lets a workflow have in flight, and decisions and
 messages are updates too: the stream keeps at most `MAX_OPEN_POLLS` such polls open and refuses
 more (a refused update leaves no history), so slots always stay free for people.
 """
@@ -22,7 +22,7 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
-from toren._sdk_private import WorkflowStream, stream_log
+from toren.agent._sdk_private import WorkflowStream, stream_log
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.workflow_streams import (

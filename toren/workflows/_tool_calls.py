@@ -21,9 +21,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
-    from toren._schema import validate_args
-    from toren._transcript import tool_message
-    from toren._types import (
+    from toren.agent._schema import validate_args
+    from toren.agent._transcript import tool_message
+    from toren.agent._types import (
         DEFAULT_TOOL_ATTEMPTS,
         DEFAULT_TOOL_TIMEOUT_MS,
         AgentSpec,
@@ -76,7 +76,7 @@ class ToolCalls:
     ) -> None:
         self._run = run
         self._publish: Publish = publish or (lambda type_, fields: None)
-        """Publishes a live item (`toren._live`) on the run's stream."""
+        """Publishes a live item (`toren.worker._live`) on the run's stream."""
         self._input = input
         """The run's input (its invocation arguments and attachments reach every call)."""
         self._approvals = approvals

@@ -1,0 +1,498 @@
+"""agent.yaml as one pydantic model: what a folder may declare, with a newcomer's defaults.
+
+```python
+config, problems, failed = read_config(Path("support/agent.yaml"))
+# problems: every one in the file, each naming it and the key path; `config` still holds
+# every key that validated (failed ones at their defaults), so the rest of the folder can
+# be checked in the same pass
+```
+
+Every key of the file is checked here, `limits:`, `env:`, `sandbox:` and `processes:`
+included; the loader (`toren.worker._agent`) checks what lies beyond the file: the instructions
+file, `tools/`, built-ins and child agent folders.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+
+from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
+from toren.agent._problems import also_report, describe, problems_at
+from toren.agent._types import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    MAX_HEARTBEAT_TIMEOUT_S,
+    MIN_HEARTBEAT_TIMEOUT_S,
+    ModelRetry,
+)
+
+__all__ = [
+    "PROVIDER_KEYS",
+    "SANDBOX_RESERVED_ENV",
+    "AgentConfig",
+    "ConfigRead",
+    "EnvConfig",
+    "Limits",
+    "ModelRetryConfig",
+    "ModelSettings",
+    "ProcessConfig",
+    "SandboxConfig",
+    "SandboxLimits",
+    "StreamConfig",
+    "read_config",
+]
+
+PROVIDER_KEYS: dict[str, str | None] = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "mock": None,
+}
+"""Model providers `model:` may name → the env name holding the provider's API key."""
+
+SANDBOX_RESERVED_ENV = ("HOME", "LANG", "PATH", "TOREN_IDEMPOTENCY_KEY")
+"""Names the sandbox sets itself; `sandbox.env` may not pass them in."""
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_PARTIAL = "partial"
+"""Validation context key: the config is rebuilt from the keys that validated, so checks that
+compare keys (already reported on the whole file) are off."""
+
+_STAND_INS = {"name": "agent", "model": "mock/echo"}
+"""What a rebuilt config holds for a required key that failed; never reported or run."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Prices(_Strict):
+    """USD per million tokens, for models the price table does not know (or to override it)."""
+
+    input_per_mtok: float = Field(alias="inputPerMTok", ge=0)
+    output_per_mtok: float = Field(alias="outputPerMTok", ge=0)
+
+
+class Limits(_Strict):
+    """Run-level budgets."""
+
+    max_steps_per_task: int = Field(50, alias="maxStepsPerTask", ge=1)
+    """Model turns before the run fails with a budget error."""
+    max_attempts_per_task: int | None = Field(None, alias="maxAttemptsPerTask", ge=1)
+    """Default `max_attempts` for tools that declare none; `None`: at-least-once."""
+    max_wall_clock_min: float | None = Field(None, alias="maxWallClockMin", gt=0)
+    """Minutes before a workflow timer ends the run with a budget error; `None`: no limit."""
+    approval_timeout_min: float | None = Field(None, alias="approvalTimeoutMin", gt=0)
+    """Default minutes a gated call waits before it is denied; `None`: wait forever."""
+    max_tokens: int | None = Field(None, alias="maxTokens", ge=1)
+    """Input + output tokens a run (a thread: each message's execution) may use, counting
+    every model attempt that reported usage and every child run; then it fails."""
+    max_cost_usd: float | None = Field(None, alias="maxCostUSD", gt=0)
+    """US dollars a run (a thread: each execution) may spend on its model calls."""
+    prices: Prices | None = None
+    """The model's price per million tokens; default: the `genai-prices` table."""
+    thread_idle_timeout_min: float | None = Field(None, alias="threadIdleTimeoutMin", gt=0)
+    """Minutes a thread (`AgentThread`) may rest with no message before it closes itself;
+    `None`: it rests until `close`."""
+    continue_as_new_after_events: int | None = Field(None, alias="continueAsNewAfterEvents", ge=100)
+    """Continue as new past this many history events (always when Temporal suggests it)."""
+    continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)
+    """Continue as new past this much history, in MB (always when Temporal suggests it)."""
+    max_result_bytes_shown: int = Field(
+        256 * 1024, alias="maxResultBytesShown", ge=1024, le=32 * 1024 * 1024
+    )
+    """Longest tool result (UTF-8 bytes) the model is shown in each prompt: a longer one is
+    cut to its head and tail with a note. History (or the store) keeps the result whole."""
+
+
+class ModelSettings(_Strict):
+    """Sampling settings sent with every model request; only the ones set are sent.
+
+    Make tool use repeatable with `temperature: 0` (and a `seed` where the server takes one).
+    """
+
+    temperature: float | None = Field(None, ge=0, le=2)
+    """0 takes the likeliest token every time; higher samples more freely (Anthropic: 0-1)."""
+    top_p: float | None = Field(None, alias="topP", gt=0, le=1)
+    """Sample only from the tokens that make up this much of the probability."""
+    seed: int | None = None
+    """A fixed sampling seed (OpenAI and compatible servers; Anthropic's API has none)."""
+    stop: list[str] | None = Field(None, min_length=1, max_length=4)
+    """Up to 4 strings that end the reply where the model writes them (one string is fine)."""
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_string(cls, stop: Any) -> Any:
+        return [stop] if isinstance(stop, str) else stop
+
+
+class ModelRetryConfig(_Strict):
+    """How Temporal retries a failed model call.
+
+    Retried: a 429, a 5xx, a timeout, a reply toren cannot read. Any other 4xx fails the run at
+    once; a 429's Retry-After sets its own wait.
+    """
+
+    max_attempts: int = Field(ModelRetry.max_attempts, alias="maxAttempts", ge=1)
+    """Attempts per model call, the first one included; then the run fails."""
+    initial_interval_s: float = Field(ModelRetry.initial_interval_s, alias="initialIntervalS", gt=0)
+    """Seconds before the first retry; each wait doubles."""
+    max_interval_s: float = Field(ModelRetry.max_interval_s, alias="maxIntervalS", gt=0)
+    """The longest wait between two attempts, in seconds."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _ordered(cls, data: Any, handler: ModelWrapValidatorHandler[ModelRetryConfig]) -> Any:
+        # Temporal refuses such a policy when the workflow schedules the call: the run would
+        # be stuck, not failed, so it is refused here (with the block's other mistakes).
+        problems = []
+        if isinstance(data, dict):
+            default = ModelRetry()
+            first = data.get("initialIntervalS", data.get("initial_interval_s"))
+            first = default.initial_interval_s if first is None else first
+            longest = data.get("maxIntervalS", data.get("max_interval_s"))
+            longest = default.max_interval_s if longest is None else longest
+            if _number(first) and _number(longest) and longest < first:
+                problems.append(f"maxIntervalS ({longest:g}) is below initialIntervalS ({first:g})")
+        return also_report(lambda: handler(data), None, problems, data)
+
+    def policy(self) -> ModelRetry:
+        """The policy as the run records it."""
+        return ModelRetry(self.max_attempts, self.initial_interval_s, self.max_interval_s)
+
+
+class EnvConfig(_Strict):
+    """The env a handler may read through `ctx.env`."""
+
+    required: list[str] = Field(default_factory=list)
+    """Names that must be set in the worker's environment."""
+    optional: dict[str, str] = Field(default_factory=dict)
+    """Names that may be set, with the default used when they are not."""
+
+    @field_validator("required", "optional")
+    @classmethod
+    def _variable_names(cls, names: list[str] | dict[str, str]) -> Any:
+        bad = [f"{n!r} is not a valid variable name" for n in names if not _ENV_NAME.match(n)]
+        if bad:
+            raise problems_at(None, bad, names)
+        return names
+
+
+class SandboxLimits(_Strict):
+    """The `sandbox.limits` block: what one bash call (or `ctx.run_code`) may use.
+
+    Enforced with rlimits set inside the sandbox before the command starts (see
+    `toren.worker.tools._sandbox._jail`); `toren check` says which are in force on a worker.
+    """
+
+    memory_mb: int = Field(1024, alias="memoryMB", ge=16, le=1_048_576)
+    """MB of private writable memory per process (`RLIMIT_DATA`); also the size of `/tmp`."""
+    cpu_seconds: int = Field(60, alias="cpuSeconds", ge=1, le=86_400)
+    """CPU seconds per process (`RLIMIT_CPU`); the call's `timeout_seconds` bounds wall time."""
+    processes: int = Field(256, ge=8, le=1_000_000)
+    """Processes and threads alive at once in one call (`RLIMIT_NPROC`, or polled as root)."""
+    file_size_mb: int = Field(512, alias="fileSizeMB", ge=1, le=1_048_576)
+    """MB of the largest file a process may write (`RLIMIT_FSIZE`)."""
+    workspace_mb: int = Field(1024, alias="workspaceMB", ge=1, le=1_048_576)
+    """MB the run's workspace may grow to; checked during and after each call."""
+
+
+class SandboxConfig(_Strict):
+    """The `sandbox:` block: `true` means all defaults, `false` (the default) no sandbox.
+
+    Its `env` names are checked against the agent's `env` by `AgentConfig`.
+    """
+
+    network: StrictBool = False
+    """Share the worker's network; otherwise the sandbox has only its own loopback."""
+    approval: Literal["always", "never"] = "always"
+    """bash's approval policy (the file tools never ask)."""
+    env: list[str] = Field(default_factory=list)
+    """Declared env names whose values are passed into the sandbox."""
+    unconfined: StrictBool = False
+    """The agent accepts running bash without bwrap if the operator also allows it."""
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)  # type: ignore[arg-type]
+    """What one call may use: memory, CPU, processes, file and workspace size."""
+
+    @field_validator("env")
+    @classmethod
+    def _passable(cls, names: list[str]) -> list[str]:
+        problems = [p for p in map(_sandbox_env_problem, names) if p]
+        if problems:
+            raise problems_at(None, problems, names)
+        return names
+
+
+class ProcessConfig(_Strict):
+    """One entry of `processes:`: another agent folder, or any Temporal workflow by type."""
+
+    agent: str | None = None
+    """The agent folder, relative to agent.yaml; runs as its own `AgentRun`."""
+    workflow: str | None = None
+    """A workflow type name, for processes that are not toren agents."""
+    task_queue: str | None = None
+    """Where it runs; default the child agent's queue, or this agent's for a workflow."""
+    description: str = ""
+    """What it does, for the model; default the child agent's description."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_target(cls, data: Any, handler: ModelWrapValidatorHandler[ProcessConfig]) -> Any:
+        # Read off the keys given, so a block with other mistakes hears this in the same pass.
+        problems = []
+        if isinstance(data, dict) and (data.get("agent") is None) == (data.get("workflow") is None):
+            problems.append("give exactly one of agent: or workflow:")
+        return also_report(lambda: handler(data), None, problems, data)
+
+
+class StreamConfig(_Strict):
+    """Live output of runs (`toren.worker._live`): `stream: false` turns publishing off."""
+
+    enabled: bool = True
+    """Whether model and tool activities publish to the run's stream."""
+    batch_ms: int = Field(200, alias="batchMs", ge=10, le=10_000)
+    """Milliseconds of deltas gathered into one publish (each is a signal in history)."""
+
+
+class AgentConfig(_Strict):
+    """The contents of agent.yaml."""
+
+    name: str
+    """The agent's name, `[a-z][a-z0-9_]*`; prefixes its tool activity types."""
+    model: str
+    """`openai/<model>`, `anthropic/<model>` or `mock/<name>`."""
+    description: str = ""
+    """One line for people; not sent to the model."""
+    instructions: str = "instructions.md"
+    """The system prompt's file, relative to agent.yaml."""
+    max_tokens: int = Field(4096, alias="maxTokens", ge=1)
+    """Upper bound on tokens per model response."""
+    model_settings: ModelSettings = Field(default_factory=ModelSettings, alias="modelSettings")  # type: ignore[arg-type]
+    """Sampling settings sent with every model request."""
+    model_retry: ModelRetryConfig = Field(default_factory=ModelRetryConfig, alias="modelRetry")  # type: ignore[arg-type]
+    """How a failed model call is retried."""
+    heartbeat_timeout_s: float = Field(
+        DEFAULT_HEARTBEAT_TIMEOUT_S,
+        alias="heartbeatTimeoutS",
+        le=MAX_HEARTBEAT_TIMEOUT_S,
+        allow_inf_nan=False,
+    )
+    """Seconds without a heartbeat before Temporal retries a model or tool call (its worker
+    died); 0: none, a dead worker's call is retried at its own timeout."""
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    """Run budgets."""
+    # `env` stands before `sandbox` and `builtin_tools` before `processes`: fields validate in
+    # order, and the later one's check reads the earlier one.
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    """Env names the tools may read."""
+    builtin_tools: list[str] = Field(default_factory=list)
+    """Built-in tools to add, by name."""
+    sandbox: SandboxConfig | None = None
+    """Grant bash and the workspace file tools (`true`, or a block of options)."""
+    processes: dict[str, ProcessConfig] = Field(default_factory=dict, validate_default=True)
+    """Named processes `run_process` may start."""
+    task_queue: str | None = None
+    """The Temporal task queue; defaults to the agent's name."""
+    stream: StreamConfig = Field(default_factory=StreamConfig)  # type: ignore[arg-type]
+    """Live output: `true` (the default), `false`, or `{batchMs: 200}`."""
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _stream_switch(cls, value: Any) -> Any:
+        if value is True or value is None:
+            return {}
+        if value is False:
+            return {"enabled": False}
+        if not isinstance(value, dict):
+            raise ValueError(f"must be true, false or a block of batchMs; got {value!r}")
+        return value
+
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """MCP servers whose tools the agent may call, by name (`toren.agent._mcp_config`)."""
+
+    @field_validator("heartbeat_timeout_s", mode="before")
+    @classmethod
+    def _seconds_not_a_switch(cls, value: Any) -> Any:
+        # YAML reads `false`, `off` and `no` as a bool, which would pass as 0 and turn it off.
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number of seconds (0: none); got {value!r}")
+        return value
+
+    @field_validator("heartbeat_timeout_s")
+    @classmethod
+    def _beats_fit(cls, seconds: float) -> float:
+        if seconds != 0 and seconds < MIN_HEARTBEAT_TIMEOUT_S:
+            raise ValueError(
+                f"must be 0 (no heartbeat timeout) or at least {MIN_HEARTBEAT_TIMEOUT_S:g} "
+                f"seconds (calls beat every 2 s); got {seconds!r}"
+            )
+        return seconds
+
+    @field_validator("name")
+    @classmethod
+    def _snake_case(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError(f"{name!r} must match [a-z][a-z0-9_]*")
+        return name
+
+    @field_validator("model")
+    @classmethod
+    def _known_provider(cls, model: str) -> str:
+        provider, _, rest = model.partition("/")
+        if provider not in PROVIDER_KEYS or not rest:
+            raise ValueError(f"{model!r} must be openai/<model>, anthropic/<model> or mock/<name>")
+        return model
+
+    @field_validator("model_settings", mode="wrap")
+    @classmethod
+    def _provider_takes(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        # Read off the keys given, so a block with other mistakes hears this in the same pass.
+        problems = []
+        if str(info.data.get("model", "")).startswith("anthropic/") and isinstance(value, dict):
+            if value.get("seed") is not None:
+                problems.append("seed: Anthropic's API takes no seed; remove it")
+            temperature = value.get("temperature")
+            if isinstance(temperature, int | float) and temperature > 1:
+                problems.append(f"temperature: Anthropic takes 0 to 1, got {temperature:g}")
+        return also_report(lambda: handler(value), None, problems, value)
+
+    @field_validator("sandbox", mode="wrap")
+    @classmethod
+    def _sandbox(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        if value is True:
+            value = {}
+        if value is False or value is None:
+            return None
+        if not isinstance(value, dict):
+            keys = ", ".join(SandboxConfig.model_fields)
+            raise ValueError(f"must be true, false or a block of {keys}; got {value!r}")
+        # Compared here, not after the block validates, so its other mistakes come out too.
+        # `env` is absent when it failed itself: then there is nothing to compare against.
+        env = None if _partial(info) else info.data.get("env")
+        names = value.get("env")
+        problems = []
+        if env is not None and isinstance(names, list):
+            problems = [
+                f"{n!r} is not declared in agent.yaml `env`; add it under env.required or "
+                "env.optional"
+                for n in names
+                if isinstance(n, str)
+                and not _sandbox_env_problem(n)
+                and n not in env.required
+                and n not in env.optional
+            ]
+        return also_report(lambda: handler(value), "env", problems, names)
+
+    @field_validator("processes")
+    @classmethod
+    def _processes_for_run_process(
+        cls, processes: dict[str, ProcessConfig], info: ValidationInfo
+    ) -> Any:
+        wanted = "run_process" in info.data.get("builtin_tools", ())
+        if wanted and not processes and not _partial(info):
+            raise ValueError(
+                "none declared, and run_process needs `processes:` to start anything; declare "
+                "one, or remove run_process from builtin_tools"
+            )
+        return processes
+
+    @field_validator("mcp_servers", mode="wrap")
+    @classmethod
+    def _mcp_env_declared(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        # Compared on the raw blocks, so each server's other mistakes come out in the same pass.
+        env = None if _partial(info) else info.data.get("env")
+        problems = []
+        for name, server in value.items() if isinstance(value, dict) else ():
+            problem = server_name_problem(str(name))
+            if problem:
+                problems.append(problem)
+            if env is None:
+                continue
+            problems += [
+                f"{name}: {n!r} is not declared in agent.yaml `env`; add it under env.required "
+                "or env.optional"
+                for n in env_names(server)
+                if n not in env.required and n not in env.optional
+            ]
+        return also_report(lambda: handler(value), None, problems, value)
+
+
+class ConfigRead(NamedTuple):
+    """What `read_config` found."""
+
+    config: AgentConfig
+    """The config; a key that failed holds its default (`name`, `model`: a stand-in)."""
+    problems: list[str]
+    """Every problem in the file, each naming it and the key path."""
+    failed: set[str]
+    """Top-level keys that failed, every one when the file is no mapping of keys; their
+    fallbacks need no further checks."""
+
+
+def read_config(path: Path) -> ConfigRead:
+    """Read and check the agent.yaml at `path`, reporting every problem, never raising.
+
+    When some keys fail, `config` is rebuilt from the keys that did validate, so the loader can
+    go on checking the rest of the folder against it in the same pass.
+    """
+    unread = set(AgentConfig.model_fields)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        return ConfigRead(_stand_in(), [f"{path}: not valid YAML: {err}"], unread)
+    if not isinstance(raw, dict):
+        problem = f"{path}: must be a mapping of keys (name, model, ...)"
+        return ConfigRead(_stand_in(), [problem], unread)
+    try:
+        return ConfigRead(AgentConfig.model_validate(raw), [], set())
+    except ValidationError as err:
+        problems = describe(err, path, AgentConfig)
+        failed = {str(e["loc"][0]) for e in err.errors() if e["loc"]}
+    kept = {**_STAND_INS, **{k: v for k, v in raw.items() if k not in failed}}
+    try:
+        config = AgentConfig.model_validate(kept, context={_PARTIAL: True})
+    except ValidationError:  # a check that spans keys; the problems above cover it
+        config = _stand_in()
+    return ConfigRead(config, problems, failed)
+
+
+def _stand_in() -> AgentConfig:
+    return AgentConfig.model_validate(_STAND_INS, context={_PARTIAL: True})
+
+
+def _sandbox_env_problem(name: str) -> str | None:
+    if not _ENV_NAME.match(name):
+        return f"{name!r} is not a valid variable name"
+    if name in SANDBOX_RESERVED_ENV:
+        return f"{name!r} is set by the sandbox itself; remove it"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _partial(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(_PARTIAL))

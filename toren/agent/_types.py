@@ -1,0 +1,451 @@
+"""The data that crosses the workflow boundary: run input and result, activity inputs and results.
+
+Plain dataclasses of JSON types, so a run can be started from any SDK or the `temporal` CLI with
+a plain JSON object, and so a history stays readable in the Web UI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from toren.agent._converter import decoded_once, omit_defaults
+
+__all__ = [
+    "CUT_AT_MAX_TOKENS",
+    "DEFAULT_HEARTBEAT_TIMEOUT_S",
+    "DEFAULT_TOOL_ATTEMPTS",
+    "DEFAULT_TOOL_TIMEOUT_MS",
+    "MAX_HEARTBEAT_TIMEOUT_S",
+    "MIN_HEARTBEAT_TIMEOUT_S",
+    "STREAM_TOPIC",
+    "AgentSpec",
+    "ApprovalCheck",
+    "Decision",
+    "ModelCallInput",
+    "ModelCallResult",
+    "ModelRetry",
+    "PendingApproval",
+    "RunInput",
+    "RunResult",
+    "RunState",
+    "ThreadCarry",
+    "ThreadInput",
+    "ThreadMessage",
+    "ThreadResult",
+    "ToolCallInput",
+    "ToolCallResult",
+    "ToolSpec",
+]
+
+DEFAULT_TOOL_TIMEOUT_MS = 120_000
+"""`timeout_ms` of a tool that declares none: two minutes suits an interactive agent."""
+DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
+"""agent.yaml `heartbeatTimeoutS` unset: a dead worker's model or tool call is retried in
+seconds. Each such call costs the server a timer task (it fires whether or not the call has
+ended; `bench.perf.concurrent` measures it)."""
+MIN_HEARTBEAT_TIMEOUT_S = 10.0
+"""The shortest `heartbeatTimeoutS` other than 0. Calls beat every 2 s (`HEARTBEAT_EVERY`), and
+Temporal's SDK sends at most one beat per 0.8 of the timeout, which leaves a fifth of it (2 s
+here) for a beat to arrive from a busy worker before the server takes the call for dead."""
+MAX_HEARTBEAT_TIMEOUT_S = 86_400.0
+"""The longest `heartbeatTimeoutS`: a day (beyond any call's own timeout worth having)."""
+DEFAULT_TOOL_ATTEMPTS = 3
+"""`max_attempts` of a tool that declares none (and no `limits.maxAttemptsPerTask`)."""
+
+Message = dict[str, Any]
+"""One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
+
+STREAM_TOPIC = "toren"
+"""The one topic of a run's live stream (`toren.worker._live`)."""
+
+CUT_AT_MAX_TOKENS = "length"
+"""The `finish_reason` of a model reply cut at `maxTokens`, whatever the provider's own word."""
+
+
+@omit_defaults
+@dataclass
+class RunInput:
+    """Input of the `AgentRun` workflow. Never put secrets here: it is stored in history."""
+
+    agent: str
+    """The agent's name (agent.yaml `name`)."""
+    prompt: str
+    """The user's message that starts the run."""
+    arguments: dict[str, Any] | None = None
+    """Invocation arguments, readable by handlers as `ctx.arguments`."""
+    messages: list[Message] | None = None
+    """Prior conversation to continue from."""
+    attachments: list[str] | None = None
+    """Attachment ids (never bytes) the run may read."""
+    user_id: str | None = None
+    """Who the run is for (`ctx.user_id`)."""
+    carry: RunState | None = None
+    """Set by toren when a long run continues as new: everything the next run needs."""
+
+    def continued_with(self, state: RunState) -> RunInput:
+        """The next run's input: the same request, carrying `state` whole."""
+        return dataclasses.replace(self, messages=None, carry=state)
+
+
+@dataclass
+class RunResult:
+    """Result of the `AgentRun` workflow."""
+
+    text: str
+    """The model's final answer."""
+    steps: int
+    """Model turns taken."""
+    tool_calls: int
+    """Tool calls made (including refused and denied ones)."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Summed token usage: `input_tokens`, `output_tokens` (child runs' included)."""
+    cost_usd: float | None = None
+    """What the model calls cost, when the model's price is known."""
+
+
+@dataclass
+class ToolSpec:
+    """A tool's contract as recorded in history once per run."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    effects: str
+    idempotency: str
+    approval: str
+    """`never`, `always` or `predicate` (the predicate itself runs on the worker)."""
+    timeout_ms: int | None = None
+    max_attempts: int | None = None
+    approval_timeout_s: float | None = None
+    native: str | None = None
+    """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
+    execution_mode: str = "local"
+    """`provider`: the model's provider runs the tool inside the model call; never an activity."""
+    execution_provider: str | None = None
+    """Who runs a `provider` tool (`anthropic`)."""
+    progress_argument: str | None = None
+    """The argument that describes the operation in progress (for `tool_call_started`)."""
+    annotations: dict[str, Any] | None = None
+    """The tool's free JSON metadata, when it declares any."""
+    workspace: bool = False
+    """Calls run in the run's workspace (`effects: sandbox`, `read_file`): one at a time, each
+    from the version the last one recorded (`toren.store._workspace`)."""
+
+
+@dataclass
+class ModelRetry:
+    """How Temporal retries a failed model call (agent.yaml `modelRetry:`).
+
+    A history recorded before the block existed gets these defaults, the policy it ran with.
+    """
+
+    max_attempts: int = 10
+    """Attempts per model call (the first one included); then the run fails."""
+    initial_interval_s: float = 1.0
+    """Seconds before the first retry; each wait doubles (a 429's Retry-After wins)."""
+    max_interval_s: float = 60.0
+    """The longest wait between two attempts."""
+
+
+@decoded_once
+@omit_defaults
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent's spec, recorded by a local activity at the start of each run."""
+
+    name: str
+    model: str
+    tools: list[ToolSpec]
+    max_steps: int = 50
+    max_attempts: int | None = None
+    max_wall_clock_min: float | None = None
+    approval_timeout_s: float | None = None
+    max_tokens: int = 4096
+    search_attributes: list[str] = field(default_factory=list)
+    """toren's search attributes registered on the namespace (only these are set)."""
+    continue_after_events: int | None = None
+    """Continue as new at a turn boundary past this many history events."""
+    continue_after_bytes: int | None = None
+    """Continue as new at a turn boundary past this many history bytes."""
+    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Named processes `run_process` may start: workflow type, task queue, agent."""
+    model_retry: ModelRetry = field(default_factory=ModelRetry)
+    """The retry policy of every model call."""
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    """Model and tool calls' heartbeat timeout; 0: none."""
+    thread_idle_timeout_min: float | None = None
+    """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
+    max_tokens_budget: int | None = None
+    """`limits.maxTokens`: input + output tokens a run (a thread's execution) may use."""
+    max_cost_usd: float | None = None
+    """`limits.maxCostUSD`."""
+    prices: list[float] | None = None
+    """USD per million input and output tokens of the model, when known."""
+
+    def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
+        """A call's heartbeat timeout, or none.
+
+        None when the setting is 0, or when the call's own timeout comes nearly as soon: the
+        server keeps a timer for each, fired whether or not the call has ended.
+        """
+        beat = timedelta(seconds=self.heartbeat_timeout_s)
+        return beat if beat and start_to_close > 2 * beat else None
+
+
+@dataclass
+class RunState:
+    """Everything a run carries: the workflow owns one, continue-as-new passes it whole.
+
+    A field added here travels across continue-as-new with nothing else to edit
+    (`tests/test_run_state.py` fills every field and checks that it arrives); the transcript
+    travels by reference (`prior`). What is not here is derived again in the next run (the
+    transcript digest) or cannot outlive a run (pending approvals: a run continues as new only
+    at a turn boundary, when none wait).
+    Field names are those of the `carry` in committed histories: renaming one breaks replay.
+    """
+
+    spec: AgentSpec | None = None
+    """The agent's spec, recorded once at the start of the chain."""
+    messages: list[Message] = field(default_factory=list)
+    """The transcript: all of it in the first run; in a continued run, the messages since."""
+    prior: dict[str, Any] | None = None
+    """The transcript before this run, by reference: `{"run_id", "count", "digest", "since",
+    "tail"}` of the run it continued from (whose `transcript_segment` query holds the rest),
+    so the carried state does not grow with the conversation."""
+    step: int = 0
+    """Model turns taken, across the chain."""
+    tool_calls: int = 0
+    """Tool calls made, across the chain."""
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0})
+    """Summed token usage."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Key-value state written by tools (`ctx.set_value`)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Events tools emitted (`ctx.emit`)."""
+    call_ids: list[str] = field(default_factory=list)
+    """Every call id used so far (a repeated tool-use id gets a suffix)."""
+    queued: int = 0
+    """Tool calls queued by tools so far (numbers their ids)."""
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    """Refused approval signals."""
+    children: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Background runs started by `run_process`, by run id: process, status, output or error."""
+    notices: list[Message] = field(default_factory=list)
+    """Messages for the model's next step (a background run finished)."""
+    deadline: str | None = None
+    """When `maxWallClockMin` runs out (ISO time), across the whole chain of runs."""
+    runs: int = 1
+    """Runs in the chain so far."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """Scratch data of the current execution (`ctx.context`); empty when one starts."""
+    env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Values set by `ctx.set_env`: `{"type": "text", "value": ...}` in clear, or
+    `{"type": "secret", "ref": ...}`, a reference into the worker's secret store."""
+    execution: int = 0
+    """Executions started so far in a thread (0 in an `AgentRun`, which is one execution)."""
+    execution_start: int = 0
+    """Index in the transcript of the current execution's first message."""
+    spent: dict[str, float] = field(default_factory=dict)
+    """What the budgets count, for the run (a thread: its current execution): `tokens`,
+    `cost_usd`, `calls`, `retries`, and `last_prompt` (the last call's input + output)."""
+    cost_usd: float = 0.0
+    """What the run's model calls (and child runs) cost so far, where prices are known."""
+    workspace: str | None = None
+    """The run's workspace version as its last workspace call left it (`toren.store._workspace`)."""
+    stream: dict[str, Any] | None = None
+    """The live stream's state at continue-as-new (its newest items, offsets, publishers), as
+    `toren.worker._live.stream_state_json` writes it; the next run's stream goes on from there."""
+
+
+@omit_defaults
+@dataclass
+class ModelCallInput:
+    """Input of `toren.call_model`: a reference to the transcript, not the transcript."""
+
+    agent: str
+    count: int
+    """Messages in the transcript the model must see."""
+    digest: str
+    """Chained SHA-256 over those messages, to check a cached copy."""
+    since: int
+    """Index of the first message not produced by an earlier `call_model` of this worker."""
+    tail: list[dict[str, Any]]
+    """Messages from `since` on: `{"call_id": id}` for a tool activity's result (the worker has
+    it), or `{"message": {...}}` for a message the workflow made (only these are written here)."""
+    step: int
+    model: str
+    run_key: str = ""
+    """`<workflow id>/<run id>`: which run's transcript; empty (what a run sends) for the run
+    the activity serves (`toren.worker.activities._tool_call.run_key_of`)."""
+
+
+@omit_defaults
+@dataclass
+class ModelCallResult:
+    """Result of `toren.call_model`: the assistant message and token usage."""
+
+    message: Message
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""
+    finish_reason: str = ""
+    """Why the model stopped: `stop`, `tool_calls`, `length` (`CUT_AT_MAX_TOKENS`), or the
+    provider's own word; empty in histories recorded before toren kept it."""
+    earlier_usage: dict[str, int] = field(default_factory=dict)
+    """Tokens earlier attempts of this call were billed for (a reply whose attempt then died;
+    kept only for agents with a token or cost budget)."""
+    attempt: int = 0
+    """Which attempt answered (0 in histories recorded before toren kept it)."""
+    live: list[dict[str, Any]] | None = None
+    """Live items (`toren.worker._live`) the call had not published when it returned: the run
+    publishes them, before anything else of the turn (None in older histories)."""
+
+
+@omit_defaults
+@dataclass
+class ToolCallInput:
+    """Input of a tool activity `<agent>.<tool>`."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    idempotency_key: str
+    step: int
+    arguments: dict[str, Any] | None = None
+    attachments: list[str] | None = None
+    user_id: str | None = None
+    context: dict[str, Any] | None = None
+    """The execution's scratch data as of this turn's start."""
+    env: dict[str, dict[str, Any]] | None = None
+    """Values set by `ctx.set_env` (secret ones by reference)."""
+    execution: dict[str, Any] | None = None
+    """`{"flow_id", "step_count", "start"}` of the execution this call belongs to; None for
+    the run itself (flow id the workflow id, step count `step`, start 0)."""
+    workspace: str | None = None
+    """The workspace version the run's last workspace call recorded (None: none yet)."""
+    run_key: str = ""
+    """As `ModelCallInput.run_key`."""
+
+
+@omit_defaults
+@dataclass
+class ToolCallResult:
+    """Result of a tool activity: the text the model sees, and whether it is an error."""
+
+    content: str
+    is_error: bool = False
+    changes: dict[str, Any] | None = None
+    """What the call changed in its run (state, queued tools, events, messages), if anything."""
+    call_id: str | None = None
+    """Set when the call ran as a local activity, whose recorded marker lacks its input."""
+    workspace: str | None = None
+    """The workspace version this call left (`toren.store._workspace`), when it wrote there."""
+
+
+@omit_defaults
+@dataclass
+class ApprovalQuestion:
+    """Input of the `toren.check_approval` local activity: whether this call needs a person.
+
+    One argument, not four: the worker keeps a local activity's arguments, each a payload with
+    its own metadata map, for as long as the run stays cached (0.6 KB of each parked run).
+    """
+
+    agent: str
+    tool: str
+    call_id: str
+    args: dict[str, Any]
+
+
+@dataclass
+class ApprovalCheck:
+    """Result of the `toren.check_approval` local activity."""
+
+    gated: bool
+    error: str | None = None
+    call_id: str = ""
+    tool: str = ""
+    reason: str = ""
+
+
+@dataclass
+class PendingApproval:
+    """A gated call waiting for a person (query `pending_approvals`)."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    requested_at: str
+    reason: str
+    step: int
+    expires_at: str | None = None
+
+
+@dataclass
+class Decision:
+    """A person's decision on a gated call."""
+
+    call_id: str
+    approved: bool
+    by: str
+    comment: str
+    at: str
+    via: str = "signal"
+
+
+@dataclass
+class ThreadInput:
+    """Input of the `AgentThread` workflow. Never put secrets here: it is stored in history."""
+
+    agent: str
+    """The agent's name (agent.yaml `name`)."""
+    user_id: str | None = None
+    """Who the thread belongs to (`ctx.user_id`)."""
+    arguments: dict[str, Any] | None = None
+    """Invocation arguments, readable by handlers as `ctx.arguments` in every execution."""
+    carry: ThreadCarry | None = None
+    """Set by toren when a thread continues as new."""
+
+
+@dataclass
+class ThreadMessage:
+    """A message waiting for its execution, or running (`send_message`)."""
+
+    id: str
+    """The update id (a client's retry of the same update is not run twice), or a signal's."""
+    content: str
+    attachments: list[str] = field(default_factory=list)
+    received_at: str = ""
+
+
+@dataclass
+class ThreadCarry:
+    """Everything a thread carries across continue-as-new."""
+
+    run: RunState
+    """The conversation (by reference) and the current execution's state."""
+    queue: list[ThreadMessage] = field(default_factory=list)
+    """Messages in order of arrival; the first one is running when `running` is set."""
+    running: bool = False
+    """Whether the first message of `queue` is mid-execution (continued as new inside it)."""
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The latest executions' outcomes by message id, for callers and retried updates."""
+    idle_since: str = ""
+    """When the thread last came to rest (ISO time), for the idle timeout."""
+    closing: str | None = None
+    """Set by `close`: who or what closes the thread."""
+
+
+@dataclass
+class ThreadResult:
+    """Result of the `AgentThread` workflow, once closed."""
+
+    executions: int
+    """Messages answered (one execution each)."""
+    messages: int
+    """Messages in the conversation."""
+    closed_by: str
+    """`close` (and who), or `idle` after the agent's `thread.idleTimeoutMin`."""
+    usage: dict[str, int] = field(default_factory=dict)

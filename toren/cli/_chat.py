@@ -1,0 +1,222 @@
+"""`toren chat`: a terminal conversation with an agent's thread.
+
+Each line you type is one `send_message`; a tool call that needs a person is asked inline
+(`approve refund_order {...}? [y/N]`) and decided through the thread's `decide` update. The
+thread outlives the terminal: `toren chat AGENT --thread ID` takes it up again, and
+`/close` ends it. Everything goes through the plain Temporal client, like any other client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError
+
+from toren import client as toren_client
+from toren.agent._types import PendingApproval
+from toren.client._stream import LiveStream
+from toren.errors import RunError, UndecodablePayloadError, UsageError
+
+__all__ = ["chat"]
+
+HELP = "Type a message; /close ends the thread, /quit (or Ctrl-D) leaves it running."
+POLL_S = 0.3
+STREAM_TAIL_S = 3.0
+"""How long the answer's streamed tail may trail the answer (or the offset query take)."""
+
+
+async def chat(
+    client: Client,
+    agent: str,
+    *,
+    thread_id: str | None = None,
+    user_id: str | None = None,
+    read: Callable[[str], str] = input,
+    out: TextIO = sys.stdout,
+) -> int:
+    """Talk with `agent` in a new thread, or in `thread_id`; returns the exit code."""
+    if thread_id and await _running(client, thread_id):
+        history = await toren_client.messages(client, thread_id)
+        said = sum(1 for m in history if m.get("role") == "user")
+        print(f"resuming thread {thread_id} ({said} messages so far)", file=out)
+    else:
+        handle = await toren_client.start_thread(
+            client, agent, thread_id=thread_id, user_id=user_id
+        )
+        thread_id = handle.id
+        print(f"thread {thread_id}", file=out)
+    print(f"{HELP} Resume later: toren chat {agent} --thread {thread_id}", file=out, flush=True)
+    by = user_id or client.identity
+    while True:
+        try:
+            line = (await asyncio.to_thread(read, "you> ")).strip()
+        except EOFError:
+            line = "/quit"
+        if not line:
+            continue
+        if line == "/quit":
+            print(f"the thread goes on; resume: toren chat {agent} --thread {thread_id}", file=out)
+            return 0
+        if line == "/close":
+            result = await toren_client.close_thread(client, thread_id, by=by)
+            assert result is not None
+            print(f"closed after {result.executions} messages", file=out)
+            return 0
+        await _exchange(client, thread_id, line, by, read, out)
+
+
+async def _exchange(
+    client: Client,
+    thread_id: str,
+    line: str,
+    by: str,
+    read: Callable[[str], str],
+    out: TextIO,
+) -> None:
+    """Send one message, asking about approvals while it runs, and print the answer.
+
+    The answer's text is printed as it streams (from the thread's stream, read from where it
+    stood before the message); what did not stream is printed whole at the end.
+    """
+    shown = _Shown(out)
+    reader = await _stream_answer(client, thread_id, shown)
+    sending = asyncio.ensure_future(toren_client.send_message(client, thread_id, line))
+    asked: set[str] = set()
+    while not sending.done():
+        await asyncio.wait([sending], timeout=POLL_S)
+        if sending.done():
+            break
+        for call in await _pending(client, thread_id):
+            if call.call_id in asked:
+                continue
+            asked.add(call.call_id)
+            await _ask(client, thread_id, call, by, read, out)
+    if reader is not None:
+        # The stream's last items may trail the answer by a poll.
+        with contextlib.suppress(asyncio.TimeoutError, Exception):
+            await asyncio.wait_for(reader, STREAM_TAIL_S)
+        reader.cancel()
+    try:
+        outcome = sending.result()
+    except UndecodablePayloadError as err:
+        if not err.accepted:
+            raise
+        shown.end()
+        print(f"(the thread took the message; its answer could not be read: {err})", file=out)
+        return
+    except (RunError, WorkflowUpdateFailedError) as err:
+        cause = getattr(err, "cause", None) or err
+        shown.end()
+        print(f"(failed: {cause})", file=out, flush=True)
+        return
+    text = str(outcome.get("text", ""))
+    if shown.started and shown.live is not None and shown.live.text == text:
+        shown.end()
+        return
+    shown.end()
+    print(f"agent> {text}", file=out, flush=True)
+
+
+class _Shown:
+    """What of the answer was printed as it streamed."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.started = False
+        self.live: LiveStream | None = None
+
+    def text(self, text: str) -> None:
+        if not self.started:
+            print("agent> ", end="", file=self.out)
+            self.started = True
+        print(text, end="", file=self.out, flush=True)
+
+    def restart(self) -> None:
+        if self.started:
+            print("\n(the model was retried; its answer again:)", file=self.out, flush=True)
+            self.started = False
+
+    def end(self) -> None:
+        if self.started:
+            print(file=self.out, flush=True)
+            self.started = False
+
+
+async def _stream_answer(
+    client: Client, thread_id: str, shown: _Shown
+) -> asyncio.Future[None] | None:
+    """Print the next message's text as it streams; `None` when the thread has no stream."""
+    try:
+        offset = await asyncio.wait_for(
+            WorkflowStreamClient.create(client, thread_id).get_offset(), STREAM_TAIL_S
+        )
+    except Exception:  # a thread from before streams, or a worker restarting
+        return None
+    live = toren_client.stream(client, thread_id, offset)
+    shown.live = live
+
+    async def read() -> None:
+        async for event in live:
+            if event.type == "text_delta":
+                shown.text(str(event.data.get("text") or ""))
+            elif event.type == "superseded" and "call_id" not in event.data:
+                shown.restart()
+            elif event.type == "tool_call_delta" and shown.started:
+                shown.end()
+            elif event.type in ("message_completed", "thread_closed"):
+                return
+
+    return asyncio.ensure_future(read())
+
+
+async def _ask(
+    client: Client,
+    thread_id: str,
+    call: PendingApproval,
+    by: str,
+    read: Callable[[str], str],
+    out: TextIO,
+) -> None:
+    args = json.dumps(call.args, ensure_ascii=False)
+    reason = f" ({call.reason})" if call.reason else ""
+    answer = await asyncio.to_thread(read, f"approve {call.tool} {args}{reason}? [y/N] ")
+    approved = answer.strip().lower() in ("y", "yes")
+    try:
+        await toren_client.decide(client, thread_id, call.call_id, approved, by=by)
+    except WorkflowUpdateFailedError as err:
+        print(f"(not recorded: {err.cause})", file=out, flush=True)
+        return
+    except UndecodablePayloadError as err:
+        if not err.accepted:
+            raise
+        # Recorded: only the run's answer is unreadable here.
+        print(f"{'approved' if approved else 'denied'} ({err})", file=out, flush=True)
+        return
+    print("approved" if approved else "denied", file=out, flush=True)
+
+
+async def _pending(client: Client, thread_id: str) -> list[PendingApproval]:
+    try:
+        return await toren_client.pending(client, thread_id)
+    except RPCError:
+        return []  # a worker is restarting: ask again on the next round
+
+
+async def _running(client: Client, thread_id: str) -> bool:
+    try:
+        description = await client.get_workflow_handle(thread_id).describe()
+    except RPCError:
+        return False
+    if description.workflow_type != "AgentThread":
+        raise UsageError(f"{thread_id!r} is a {description.workflow_type}, not a thread")
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "closed"
+        raise UsageError(f"thread {thread_id!r} is {status}; start a new one (leave out --thread)")
+    return True

@@ -1,0 +1,379 @@
+"""The client's side: starting runs, deciding approvals, following and reading them from Python.
+
+Beside this public module: the event log rendered from history (`_events`), streams of live
+output (`_stream`, one shared reader per run and process in `_stream_feed`), threads
+(`_threads`) and the check that this client can read a run before it writes into it
+(`_readable`). Imports `agent`, `store`, `connect` and `workflows`; never the worker's side.
+
+```python
+from toren import client as toren_client
+from toren.connect import connect
+
+client = await connect()
+handle = await toren_client.start_run(client, "support", "Refund order A-1001")
+for call in await toren_client.wait_for_approval(client, handle.id, timeout=60):
+    await toren_client.approve(client, handle.id, call.call_id, by="alice")
+result = await handle.result()
+```
+
+A run is also startable without toren: `AgentRun` takes a plain JSON object
+(`{"agent": ..., "prompt": ...}`) on the agent's task queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+import weakref
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.converter import PayloadConverter
+from temporalio.service import RPCError
+
+from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
+from toren.client._events import Event, read_through, render
+from toren.client._readable import check_readable, ensure_readable
+from toren.client._stream import LiveStream, StreamEvent, stream
+from toren.client._threads import close_thread, messages, send_message, start_thread
+from toren.connect import _search_attributes as search_attributes
+from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
+
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
+PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
+
+_registered: weakref.WeakKeyDictionary[Client, list[str]] = weakref.WeakKeyDictionary()
+"""Which of toren's search attributes each client's namespace has, looked up once."""
+
+
+async def _start_attributes(client: Client, agent: str) -> TypedSearchAttributes:
+    """The status search attributes a run starts with, those the namespace has.
+
+    Its first workflow task then upserts nothing; a run started without them (by any other
+    client) upserts them itself.
+    """
+    have = _registered.get(client)
+    if have is None:
+        have = _registered[client] = await search_attributes.registered(client)
+    pairs: list[SearchAttributePair[Any]] = []
+    if "TorenAgent" in have:
+        pairs.append(SearchAttributePair(AGENT_KEY, agent))
+    if "TorenStatus" in have:
+        pairs.append(SearchAttributePair(STATUS_KEY, "running"))
+    if "TorenPendingApprovals" in have:
+        pairs.append(SearchAttributePair(PENDING_KEY, 0))
+    return TypedSearchAttributes(pairs)
+
+
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+__all__ = [
+    "InboxItem",
+    "LiveStream",
+    "StreamEvent",
+    "approve",
+    "attach",
+    "close_thread",
+    "decide",
+    "deny",
+    "events",
+    "first_run",
+    "histories",
+    "inbox",
+    "messages",
+    "pending",
+    "run_agent",
+    "send_message",
+    "start_run",
+    "start_thread",
+    "stream",
+    "wait_for_approval",
+    "workspace_version",
+]
+
+
+def attach(path_or_bytes: str | bytes, name: str | None = None) -> str:
+    """Parse a file into the attachment store and return its id for `start_run(attachments=)`.
+
+    The worker must use the same store (`TOREN_STORE`: a directory every host shares, or S3).
+    """
+    from toren.store._attachments import attach as store_attach
+
+    return store_attach(path_or_bytes, name).id
+
+
+async def start_run(
+    client: Client,
+    agent: str,
+    prompt: str,
+    *,
+    run_id: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    attachments: list[str] | None = None,
+    task_queue: str | None = None,
+    execution_timeout: timedelta | None = None,
+) -> WorkflowHandle[Any, RunResult]:
+    """Start an `AgentRun`; the run id is `run_id` or `<agent>-<random>`.
+
+    Never pass secrets in `prompt` or `arguments`: run input is stored in history.
+    """
+    first_line = prompt.strip().splitlines()[0] if prompt.strip() else ""
+    return await client.start_workflow(
+        "AgentRun",
+        RunInput(
+            agent=agent,
+            prompt=prompt,
+            arguments=arguments,
+            messages=messages,
+            attachments=attachments,
+        ),
+        id=run_id or f"{agent}-{uuid.uuid4().hex[:12]}",
+        task_queue=task_queue or agent,
+        result_type=RunResult,
+        execution_timeout=execution_timeout,
+        search_attributes=await _start_attributes(client, agent),
+        static_summary=f"{agent}: {first_line[:120]}",
+        static_details=(
+            f"**agent** `{agent}` · started with `toren.client`\n\n"
+            "Tool calls that need a person show up under **Current Details** with the exact "
+            "JSON to paste into **More Actions → Send a Signal** (`approve` / `deny`)."
+        ),
+    )
+
+
+async def run_agent(client: Client, agent: str, prompt: str, **kwargs: Any) -> RunResult:
+    """Start a run and wait for its result (see `start_run` for the arguments)."""
+    handle = await start_run(client, agent, prompt, **kwargs)
+    return await handle.result()
+
+
+async def decide(
+    client: Client,
+    run_id: str,
+    call_id: str,
+    approved: bool,
+    *,
+    by: str | None = None,
+    comment: str = "",
+) -> Decision:
+    """Approve or deny a waiting call through the `decide` update; returns the recorded decision.
+
+    Raises:
+        temporalio.client.WorkflowUpdateFailedError: the call is unknown or already decided
+            (the message says which calls wait).
+        UndecodablePayloadError: the run's payloads are encoded by a codec this client lacks;
+            with `accepted` true the decision was recorded and only its answer is unreadable,
+            else nothing was sent.
+    """
+    await ensure_readable(client, run_id)
+    handle = client.get_workflow_handle(run_id)
+    try:
+        decision: Decision = await handle.execute_update(
+            "decide",
+            {
+                "call_id": call_id,
+                "approve": approved,
+                "by": by or client.identity,
+                "comment": comment,
+            },
+            result_type=Decision,
+        )
+    except UndecodablePayloadError as err:
+        # The run recorded the decision; only its answer is unreadable here.
+        raise UndecodablePayloadError(err.encoding, accepted=True) from None
+    return decision
+
+
+async def approve(
+    client: Client, run_id: str, call_id: str, *, by: str | None = None, comment: str = ""
+) -> Decision:
+    """Approve a waiting call; it then runs once with its recorded args."""
+    return await decide(client, run_id, call_id, True, by=by, comment=comment)
+
+
+async def deny(
+    client: Client, run_id: str, call_id: str, *, by: str | None = None, comment: str = ""
+) -> Decision:
+    """Deny a waiting call; the model sees `denied by <by>: <comment>`."""
+    return await decide(client, run_id, call_id, False, by=by, comment=comment)
+
+
+async def pending(client: Client, run_id: str) -> list[PendingApproval]:
+    """The run's calls waiting for a decision."""
+    handle = client.get_workflow_handle(run_id)
+    calls: list[PendingApproval] = await handle.query(
+        "pending_approvals", result_type=list[PendingApproval]
+    )
+    return calls
+
+
+async def wait_for_approval(
+    client: Client, run_id: str, *, timeout: float = 60.0, every: float = 0.2
+) -> list[PendingApproval]:
+    """Wait until at least one call of the run waits for a decision; return the waiting calls.
+
+    `pending` answers at once, so right after `start_run` it is usually `[]`: the run has not
+    reached its gated call yet. Use this before approving.
+
+    Raises:
+        ApprovalWaitError: no call waited within `timeout` seconds, or the run closed first.
+    """
+    handle = client.get_workflow_handle(run_id)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        description = await handle.describe()
+        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+            if description.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                raise ApprovalWaitError(
+                    f"run {run_id!r} closed ({description.status.name.lower()}) "
+                    "before any call waited for approval"
+                )
+        else:
+            # A query waits for a worker; with none polling it would block past `timeout`.
+            left = max(1.0, min(5.0, deadline - asyncio.get_running_loop().time()))
+            try:
+                calls: list[PendingApproval] = await handle.query(
+                    "pending_approvals",
+                    result_type=list[PendingApproval],
+                    rpc_timeout=timedelta(seconds=left),
+                )
+            except RPCError:
+                calls = []  # no worker answered yet
+            if calls:
+                return calls
+        if asyncio.get_running_loop().time() >= deadline:
+            raise ApprovalWaitError(
+                f"no call of run {run_id!r} waited for approval within {timeout:g} s "
+                f"(is a worker serving its task queue? `toren events {run_id}` shows where it is)"
+            )
+        await asyncio.sleep(every)
+
+
+async def histories(client: Client, run_id: str) -> list[WorkflowHistory]:
+    """Every run's history of a workflow id, oldest first (across continue-as-new)."""
+    chain: list[WorkflowHistory] = []
+    run: str | None = None
+    while True:
+        history = await client.get_workflow_handle(run_id, run_id=run).fetch_history()
+        chain.append(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        # Walk back the chain: each run names the one it continued.
+        run = started.continued_execution_run_id or None
+        if run is None:
+            return list(reversed(chain))
+
+
+async def first_run(client: Client, run_id: str) -> str:
+    """The run id of the first run of a workflow id's continue-as-new chain."""
+    run: str | None = None
+    while True:
+        handle = client.get_workflow_handle(run_id, run_id=run)
+        async for first in handle.fetch_history_events(page_size=1):
+            started = first.workflow_execution_started_event_attributes
+            break
+        else:  # pragma: no cover - a run always has its started event
+            raise RuntimeError(f"run {run_id!r} has an empty history")
+        if not started.continued_execution_run_id:
+            if run is None:  # the latest run is the first: name it, so following stays on it
+                run = (await handle.describe()).run_id
+            return run
+        run = started.continued_execution_run_id
+
+
+async def workspace_version(client: Client, run_id: str) -> str | None:
+    """The workspace version a run's history recorded last (`toren.store._workspace`).
+
+    Looks at the latest run of the chain first: its calls' results, then the state it was
+    continued with. None when no call of the run used the workspace.
+    """
+    converter = client.data_converter
+    for history in reversed(await histories(client, run_id)):
+        chain = list(history.events)
+        await read_through(chain, converter)
+        check_readable(client.data_converter, chain)
+        for event in reversed(chain):
+            found = _recorded_workspace(event, converter.payload_converter)
+            if found:
+                return found
+    return None
+
+
+def _recorded_workspace(event: HistoryEvent, converter: PayloadConverter) -> str | None:
+    if event.HasField("activity_task_completed_event_attributes"):
+        payloads = event.activity_task_completed_event_attributes.result.payloads
+    elif event.HasField("marker_recorded_event_attributes"):
+        payloads = event.marker_recorded_event_attributes.details["data"].payloads
+    elif event.HasField("workflow_execution_started_event_attributes"):
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+    else:
+        return None
+    for payload in payloads:
+        try:
+            value = converter.from_payloads([payload])[0]
+        except Exception:
+            continue
+        if not isinstance(value, dict):
+            continue
+        found = value.get("workspace") or (value.get("carry") or {}).get("workspace")
+        if isinstance(found, str) and found:
+            return found
+    return None
+
+
+async def events(client: Client, run_id: str) -> list[Event]:
+    """The run's history rendered as Toren's event log, across continue-as-new."""
+    chain = [e for h in await histories(client, run_id) for e in h.events]
+    await read_through(chain, client.data_converter)
+    check_readable(client.data_converter, chain)
+    return render(chain, client.data_converter.payload_converter)
+
+
+@dataclass
+class InboxItem:
+    """A call waiting for a decision, somewhere in the namespace."""
+
+    run_id: str
+    agent: str
+    call: PendingApproval
+
+    @property
+    def age(self) -> timedelta:
+        """How long the call has waited."""
+        since = datetime.fromisoformat(self.call.requested_at)
+        return datetime.now(since.tzinfo) - since
+
+
+async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
+    """Every call waiting for a decision in the namespace (oldest first).
+
+    Uses the `TorenStatus` search attribute (visibility), then asks each waiting run.
+    """
+    # A run terminated, cancelled or timed out while waiting keeps its last TorenStatus.
+    query = (
+        'WorkflowType IN ("AgentRun", "AgentThread") AND ExecutionStatus = "Running" '
+        'AND TorenStatus = "waiting_approval"'
+    )
+    if agent is not None:
+        if not _AGENT_NAME.match(agent):
+            raise UsageError(
+                f"agent {agent!r} is not an agent name ([a-z][a-z0-9_]*, as in agent.yaml)"
+            )
+        query += f' AND TorenAgent = "{agent}"'
+    items: list[InboxItem] = []
+    async for execution in client.list_workflows(query):
+        try:
+            calls = await pending(client, execution.id)
+        except UndecodablePayloadError:
+            raise  # every run of the namespace is encoded alike: say how to read them
+        except Exception:  # finished between the listing and the query
+            continue
+        name = execution.typed_search_attributes.get(AGENT_KEY) or ""
+        items += [InboxItem(run_id=execution.id, agent=name, call=c) for c in calls]
+    return sorted(items, key=lambda i: i.call.requested_at)

@@ -1,0 +1,233 @@
+"""Agent folders: `agent.yaml` + `instructions.md` + `tools/*.py`, loaded and checked.
+
+```python
+from toren.worker._agent import load_agent
+
+agent = load_agent("examples/support")   # ConfigError lists every problem at once
+env = agent.resolve_env(os.environ)      # MissingEnvError names every missing variable
+```
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toren.agent._config import PROVIDER_KEYS, AgentConfig, read_config
+from toren.agent._tool import Tool
+from toren.errors import ConfigError, MissingEnvError
+
+__all__ = ["Agent", "load_agent", "process_specs"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
+
+
+@dataclass
+class Agent:
+    """A loaded, checked agent folder."""
+
+    config: AgentConfig
+    folder: Path
+    instructions: str
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The agent's name."""
+        return self.config.name
+
+    @property
+    def task_queue(self) -> str:
+        """The task queue its runs and activities use."""
+        return self.config.task_queue or self.config.name
+
+    @property
+    def provider(self) -> str:
+        """The model provider's prefix (`openai`, `anthropic`, `mock`)."""
+        return self.config.model.split("/", 1)[0]
+
+    def required_env(self) -> list[str]:
+        """Every env name the worker must have: declared, model key, built-ins."""
+        names = list(self.config.env.required)
+        key = PROVIDER_KEYS.get(self.provider)
+        if key:
+            names.append(key)
+        from toren.worker.tools import builtin_env
+
+        for builtin in self.config.builtin_tools:
+            names += builtin_env(builtin)
+        return sorted(set(names))
+
+    def resolve_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """Read the declared env from `environ`.
+
+        Raises:
+            MissingEnvError: names every missing required variable (never a value).
+        """
+        missing = [n for n in self.required_env() if not environ.get(n)]
+        if missing:
+            raise MissingEnvError(self.name, missing)
+        env = {n: environ[n] for n in self.required_env()}
+        for name, default in self.config.env.optional.items():
+            env[name] = environ.get(name, default)
+        # The provider's endpoint is operator config (a local vLLM, a proxy): always honoured.
+        for name in _PROVIDER_OPTIONAL.get(self.provider, ()):
+            if environ.get(name):
+                env.setdefault(name, environ[name])
+        return env
+
+
+def load_agent(folder: str | Path) -> Agent:
+    """Load the agent folder at `folder`.
+
+    Raises:
+        ConfigError: listing every problem found in agent.yaml, the instructions file, `tools/`
+            and the built-ins, each naming the file and the key.
+    """
+    folder = Path(folder).resolve()
+    path = folder / "agent.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{path}: no agent.yaml in {folder}")
+    # A key that failed takes its default in `config`, so every later stage still runs; its
+    # own problem is already in `problems`.
+    config, problems, failed = read_config(path)
+    instructions = ""
+    instructions_path = folder / config.instructions
+    if instructions_path.is_file():
+        instructions = instructions_path.read_text(encoding="utf-8")
+    elif "instructions" not in failed:
+        problems.append(f"{path}: instructions: file {config.instructions!r} not found")
+    tools, tool_problems = _discover_tools(folder / "tools", config.name)
+    problems += tool_problems
+    from toren.worker.tools import builtin_tools
+
+    builtins, builtin_problems = builtin_tools(config, path)
+    problems += builtin_problems
+    for tool in builtins:
+        assert tool.name
+        if tool.name in tools:
+            problems.append(
+                f"{path}: builtin_tools: {tool.name!r} collides with the agent's own tool "
+                f"{tools[tool.name].source}; rename one"
+            )
+        else:
+            tools[tool.name] = tool
+    for tool in tools.values():
+        for name in tool.uses:
+            if name not in tools:
+                problems.append(
+                    f"{tool.source}: uses: tool {tool.name!r} lists {name!r}, which the agent "
+                    f"does not have (its tools: {', '.join(sorted(tools))})"
+                )
+            elif tools[name].execution_mode == "provider":
+                problems.append(
+                    f"{tool.source}: uses: tool {tool.name!r} lists {name!r}, which "
+                    f"{tools[name].execution_provider} runs inside the model call: no tool can "
+                    "invoke it"
+                )
+    if problems:
+        raise ConfigError(problems)
+    return Agent(config=config, folder=folder, instructions=instructions, tools=tools)
+
+
+def _discover_tools(tools_dir: Path, agent: str) -> tuple[dict[str, Tool], list[str]]:
+    tools: dict[str, Tool] = {}
+    problems: list[str] = []
+    if not tools_dir.is_dir():
+        return tools, problems
+    for file in sorted(tools_dir.glob("*.py")):
+        if file.name.startswith("_"):
+            continue
+        stem = file.stem
+        if not _NAME.match(stem):
+            problems.append(f"{file}: file name {stem!r} must be snake_case ([a-z][a-z0-9_]*)")
+            continue
+        try:
+            module = _import(file, f"toren_agents.{agent}.tools.{stem}")
+        except ConfigError as err:
+            problems += err.problems
+            continue
+        except Exception as err:
+            problems.append(f"{file}: failed to import: {type(err).__name__}: {err}")
+            continue
+        found = [v for v in vars(module).values() if isinstance(v, Tool)]
+        candidate = getattr(module, "tool", None)
+        if isinstance(candidate, Tool):
+            tool = candidate
+        elif len(found) == 1:
+            tool = found[0]
+        elif not found:
+            problems.append(f"{file}: defines no tool (assign `tool = define_tool(...)`)")
+            continue
+        else:
+            problems.append(
+                f"{file}: defines {len(found)} tools; one tool per file (or name one `tool`)"
+            )
+            continue
+        tool.source = str(file)
+        if tool.name is None:
+            tool.name = stem
+        elif not _NAME.match(tool.name):
+            problems.append(f"{file}: tool name {tool.name!r} must be snake_case")
+            continue
+        if tool.name in tools:
+            problems.append(
+                f"{file}: tool name {tool.name!r} is also defined in {tools[tool.name].source}"
+            )
+            continue
+        tools[tool.name] = tool
+    return tools, problems
+
+
+def _import(file: Path, module_name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+def process_specs(config: AgentConfig, folder: Path) -> dict[str, dict[str, Any]]:
+    """The declared processes, resolved: `{name: {workflow, task_queue, agent?, description}}`.
+
+    `AgentConfig` has checked each entry; this loads the child agent folders.
+
+    Raises:
+        ConfigError: a process's agent folder is broken (its own problems, under the process).
+    """
+    specs: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    where = folder / "agent.yaml"
+    for name, process in config.processes.items():
+        if process.agent is None:
+            specs[name] = {
+                "workflow": str(process.workflow),
+                "task_queue": process.task_queue or config.task_queue or config.name,
+                "description": process.description,
+            }
+            continue
+        try:
+            child = load_agent((folder / process.agent).resolve())
+        except ConfigError as err:
+            problems += [f"{where}: processes.{name}.agent: {p}" for p in err.problems]
+            continue
+        specs[name] = {
+            "workflow": "AgentRun",
+            "agent": child.name,
+            "task_queue": process.task_queue or child.task_queue,
+            "description": process.description or child.config.description,
+        }
+    if problems:
+        raise ConfigError(problems)
+    return specs

@@ -1,0 +1,275 @@
+"""The one HTTP layer: post JSON, classify what came back, never retry.
+
+The model providers and `web_search` call their services through `post_json` (or `post_stream`,
+for a reply that streams). It builds the
+httpx client (the caller's transport and timeout), sends one request and either returns the
+decoded JSON of a 2xx reply or raises `HTTPFailure` with the error text built and redacted here,
+once. Each caller maps the failure to its own outcome (a `ModelHTTPError`, a retryable
+`ApplicationError`, a tool error) and adds its own hint on how to fix it.
+
+```python
+try:
+    data = await post_json("Tavily", url, body, headers, secret=key, transport=None, timeout=20)
+except HTTPFailure as failure:
+    failure.retryable, failure.status, failure.retry_after   # what Temporal should do
+```
+
+Nothing here retries: Temporal's retry policy owns retries, and httpx's default transport does
+none either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal
+
+import httpx
+
+from toren.errors import TorenError
+from toren.worker._redact import redactor
+
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "HTTPFailure",
+    "error_message",
+    "post_json",
+    "post_stream",
+    "retry_after",
+    "retryable_status",
+]
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+"""4xx statuses worth another attempt (timeout, conflict, rate limit); every 5xx is too."""
+
+DETAIL_CHARS = 300
+"""How much of a server's error detail, or of a body that is not JSON, an error quotes."""
+
+Reason = Literal["url", "unreachable", "status", "not_json"]
+
+
+class HTTPFailure(TorenError):
+    """A call through `post_json` failed; its message is redacted and ready to show.
+
+    It never reaches a user: each caller turns it into its own error.
+
+    Attributes:
+        reason: `url` (the URL can never work), `unreachable` (connection error or timeout),
+            `status` (a non-2xx answer) or `not_json` (a 2xx answer that is not JSON).
+        status: The HTTP status, for `reason == "status"` only.
+        retry_after: Seconds the server asked us to wait (`Retry-After`), when it said.
+        retryable: Whether another attempt may succeed: `unreachable`, `not_json` and
+            `retryable_status(status)` are; a bad URL and other 4xx are not.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        reason: Reason,
+        *,
+        secret: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        # Redacted here, where every failure is built: the text lands in history and logs.
+        super().__init__(redactor([secret]).text(message))
+        self.reason: Reason = reason
+        self.status = status
+        self.retry_after = retry_after
+        self.retryable = reason in ("unreachable", "not_json") or (
+            status is not None and retryable_status(status)
+        )
+
+
+def retryable_status(status: int) -> bool:
+    """Whether an error status is worth another attempt: 408, 409, 429 and every 5xx."""
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+async def post_json(
+    label: str,
+    url: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    *,
+    secret: str,
+    transport: httpx.AsyncBaseTransport | None,
+    timeout: float,
+    detail: Callable[[Any], str | None] | None = None,
+) -> Any:
+    """POST `body` as JSON and return the decoded JSON of a 2xx reply, without retrying.
+
+    Args:
+        label: The service's name, as error messages start (`OpenAI`, `Tavily`).
+        url: Where to post.
+        body: The JSON body.
+        headers: Headers to send (auth, versions, `Accept`).
+        secret: The API key; it is replaced by `[redacted]` in every error text (in each form
+            `toren.worker._redact` knows).
+        transport: An httpx transport to use instead of the network (tests pass an
+            `httpx.MockTransport`), or None.
+        timeout: Seconds httpx allows for each of connecting, writing, reading and pool waits.
+        detail: Picks the message out of an error reply's decoded JSON, or returns None to quote
+            the body's text; `error_message` (the common `{"error": {"message": ...}}` shapes)
+            by default.
+
+    Returns:
+        The decoded JSON of a 2xx reply.
+
+    Raises:
+        HTTPFailure: The URL cannot work, the server could not be reached or timed out, it
+            answered a non-2xx status, or a 2xx body that is not JSON.
+    """
+    try:
+        # A client per call: no pool outlives the activity's event loop.
+        async with httpx.AsyncClient(transport=transport, timeout=timeout) as client:
+            response = await client.post(url, json=body, headers=dict(headers))
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        # A bad URL never starts working; do not let Temporal retry it.
+        raise HTTPFailure(f"{label}: cannot call {url!r}: {exc}", "url", secret=secret) from None
+    except httpx.HTTPError as exc:
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
+        raise HTTPFailure(
+            f"{label} {kind}: {type(exc).__name__}: {exc}", "unreachable", secret=secret
+        ) from None
+    status = response.status_code
+    if not response.is_success:
+        raise _status_failure(label, response, secret, detail)
+    try:
+        return response.json()
+    except ValueError:
+        snippet = response.text[:DETAIL_CHARS]
+        raise HTTPFailure(
+            f"{label} returned HTTP {status} with a body that is not JSON: {snippet!r}",
+            "not_json",
+            secret=secret,
+        ) from None
+
+
+@asynccontextmanager
+async def post_stream(
+    label: str,
+    url: str,
+    body: Mapping[str, Any],
+    headers: Mapping[str, str],
+    *,
+    secret: str,
+    transport: httpx.AsyncBaseTransport | None,
+    timeout: float,
+    detail: Callable[[Any], str | None] | None = None,
+) -> AsyncIterator[httpx.Response]:
+    """POST `body` as JSON and read a 2xx reply as it arrives (a stream), without retrying.
+
+    ```python
+    async with post_stream("OpenAI", url, body, headers, secret=key, transport=None,
+                           timeout=120) as response:
+        async for line in response.aiter_lines():
+            ...
+    ```
+
+    The arguments are `post_json`'s, and so are the failures before the reply's body starts: a
+    bad URL, an unreachable server, an error status (its body read whole, `Retry-After` kept).
+    `timeout` bounds every read, so a stream that stalls ends in a timeout too.
+
+    Yields:
+        The 2xx response, its body not read yet: read it inside the block (`aiter_lines()`), so
+        that a read failing mid-way raises `HTTPFailure` too.
+
+    Raises:
+        HTTPFailure: as `post_json`; a connection lost or a read timed out mid-stream is
+            `unreachable` (retryable), and its message says it happened mid-stream.
+    """
+    started = False
+    try:
+        async with (
+            httpx.AsyncClient(transport=transport, timeout=timeout) as client,
+            client.stream("POST", url, json=body, headers=dict(headers)) as response,
+        ):
+            if not response.is_success:
+                await response.aread()
+                raise _status_failure(label, response, secret, detail)
+            started = True
+            yield response
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise HTTPFailure(f"{label}: cannot call {url!r}: {exc}", "url", secret=secret) from None
+    except httpx.HTTPError as exc:
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
+        if started:
+            kind = "timed out mid-stream" if kind == "timed out" else "broke off mid-stream"
+        raise HTTPFailure(
+            f"{label} {kind}: {type(exc).__name__}: {exc}", "unreachable", secret=secret
+        ) from None
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds the server asks us to wait, from `Retry-After` (seconds or HTTP-date).
+
+    OpenAI's `retry-after-ms` is preferred when present since it is more precise.
+    """
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def error_message(data: Any) -> str | None:
+    """The message in a decoded error body, or None when it has none of the usual shapes.
+
+    OpenAI and Anthropic send `{"error": {"message": ...}}`; some servers `{"error": "..."}`
+    or `{"message": ...}` (vLLM's `{"object": "error", "message": ...}`).
+    """
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:DETAIL_CHARS]
+    if isinstance(error, str) and error:
+        return error[:DETAIL_CHARS]
+    if isinstance(data.get("message"), str) and data["message"]:
+        return str(data["message"])[:DETAIL_CHARS]
+    return None
+
+
+def _status_failure(
+    label: str,
+    response: httpx.Response,
+    secret: str,
+    detail: Callable[[Any], str | None] | None,
+) -> HTTPFailure:
+    status = response.status_code
+    return HTTPFailure(
+        f"{label} returned HTTP {status}: {_detail(response, detail or error_message)}",
+        "status",
+        secret=secret,
+        status=status,
+        retry_after=retry_after(response.headers),
+    )
+
+
+def _detail(response: httpx.Response, pick: Callable[[Any], str | None]) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    found = pick(data) if data is not None else None
+    if found is None:
+        found = response.text[:DETAIL_CHARS].strip() or response.reason_phrase or "(empty body)"
+    return found

@@ -1,0 +1,308 @@
+"""The Anthropic provider: the Messages API over httpx.
+
+Toren's neutral transcript is mapped to Anthropic's content blocks: assistant tool calls become
+`tool_use` blocks, and tool results become `tool_result` blocks grouped into the user turn that
+follows the assistant turn (the API requires that). The provider never retries: every failure
+becomes a `ModelHTTPError` and Temporal's retry policy decides what happens next.
+
+A tool Anthropic runs itself (`execution_mode="provider"`, e.g. web search) is sent as its
+server-tool declaration. Its `server_tool_use` and `*_tool_result` blocks come back inside the
+reply: the message keeps the reply's blocks verbatim (`provider_content`), which go back as the
+assistant turn of the next request as the API requires, and a readable `provider_calls` list.
+
+A request with `on_delta` streams (`"stream": true`); `toren.worker.models._anthropic_stream` reads
+the events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+from toren.agent._types import CUT_AT_MAX_TOKENS
+from toren.worker.models._anthropic_stream import AnthropicStream
+from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object
+from toren.worker.models._hosted import hosted_declaration
+from toren.worker.models._http_model import HTTPModel
+
+__all__ = ["AnthropicModel"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": CUT_AT_MAX_TOKENS,
+}
+"""Anthropic's `stop_reason` → `ModelReply.finish_reason` (others are kept as they are)."""
+MAX_PAUSES = 5
+"""Continuations of one reply Anthropic paused mid-turn (`pause_turn`) before it is kept as is."""
+
+
+class AnthropicModel(HTTPModel):
+    """A model behind the Anthropic Messages API.
+
+    `api_key` is sent as `x-api-key`. `base_url` is the API root without `/v1`,
+    `https://api.anthropic.com` by default (the same convention as `ANTHROPIC_BASE_URL` in
+    Anthropic's SDK). The other arguments are `HTTPModel`'s.
+    """
+
+    vendor = "Anthropic"
+    default_base_url = DEFAULT_BASE_URL
+    path = "/v1/messages"
+    reply_kind = "message"
+    stream_fields = {"stream": True}
+    stream_end = "`message_stop` event"
+
+    def headers(self) -> dict[str, str]:
+        """`Accept`, the key and the API version."""
+        return {
+            "Accept": "application/json",
+            "x-api-key": self.api_key,
+            "anthropic-version": API_VERSION,
+        }
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Send one request; a turn Anthropic paused (`pause_turn`) is continued in this call.
+
+        A long turn of server tools can stop with `pause_turn`, to be sent back as it is so the
+        model goes on. That is one model turn, not a retry: its parts become one reply, so the
+        workflow sees a whole turn (and never ends a run on half of one). Raises what
+        `HTTPModel.complete` raises.
+        """
+        reply = await super().complete(request)
+        for _ in range(MAX_PAUSES):
+            if reply.finish_reason != "pause_turn":
+                break
+            paused = [*request.messages, reply.message()]
+            on_delta = _shifted(request.on_delta, len(reply.tool_calls))
+            more = await super().complete(
+                dataclasses.replace(request, messages=paused, on_delta=on_delta)
+            )
+            reply = _joined(reply, more)
+        return reply
+
+    def stream_reader(self) -> AnthropicStream:
+        """A reader for one streamed message."""
+        return AnthropicStream()
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API JSON body for `request`.
+
+        Raises:
+            ValueError: A message has a role other than user, assistant or tool.
+        """
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": _messages(request.messages),
+        }
+        if request.system:
+            body["system"] = request.system
+        for name, value in request.settings.items():
+            # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
+            # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
+            body["stop_sequences" if name == "stop" else name] = value
+        if request.tools:
+            body["tools"] = [_tool(tool) for tool in request.tools]
+        return body
+
+    def parse_reply(self, data: Any, model: str) -> ModelReply:
+        """Turn a Messages API response body into a `ModelReply`.
+
+        Raises:
+            ValueError: The body has no `content` list (also KeyError, TypeError and friends for
+                other shapes that are not a message).
+        """
+        if not isinstance(data, dict):
+            raise ValueError("the body is not a JSON object")
+        blocks = data.get("content")
+        if not isinstance(blocks, list):
+            raise ValueError(f"no content list; got keys {sorted(data)}")
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        hosted: dict[str, dict[str, Any]] = {}
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(str(block.get("text", "")))
+            elif kind == "tool_use":
+                calls.append(
+                    {
+                        "id": block["id"],
+                        "name": block["name"],
+                        "arguments": json.dumps(block.get("input") or {}),
+                    }
+                )
+            elif kind == "server_tool_use":
+                hosted[block["id"]] = {
+                    "id": block["id"],
+                    "name": block["name"],
+                    "arguments": json.dumps(block.get("input") or {}),
+                    "provider": "anthropic",
+                }
+            elif str(kind).endswith("_tool_result") and block.get("tool_use_id") in hosted:
+                result, failed = _hosted_result(block.get("content"))
+                hosted[block["tool_use_id"]].update(result=result, is_error=failed)
+            # Other blocks (thinking) are not part of toren's transcript.
+        usage = data.get("usage") or {}
+        stop_reason = str(data.get("stop_reason") or "")
+        return ModelReply(
+            content="".join(texts),
+            tool_calls=calls,
+            usage={
+                "input_tokens": int(usage.get("input_tokens") or 0),
+                "output_tokens": int(usage.get("output_tokens") or 0),
+            },
+            model=str(data.get("model") or model),
+            finish_reason=FINISH_REASONS.get(stop_reason, stop_reason),
+            provider_calls=list(hosted.values()),
+            # The API wants a server tool's blocks back as they came (citations, encrypted
+            # content); only then is the reply kept whole.
+            provider_content={"anthropic": blocks} if hosted else None,
+        )
+
+
+def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        blocks: list[dict[str, Any]] = []
+        verbatim = (message.get("provider_content") or {}).get("anthropic")
+        if role == "assistant" and isinstance(verbatim, list):
+            blocks.extend(verbatim)
+        elif role == "assistant":
+            text = message.get("content") or ""
+            if text:
+                blocks.append({"type": "text", "text": str(text)})
+            for call in message.get("tool_calls") or []:
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": arguments_object(call.get("arguments")) or {},
+                    }
+                )
+        elif role == "tool":
+            blocks.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message["tool_call_id"],
+                    "content": _text(message.get("content", "")),
+                    "is_error": bool(message.get("is_error", False)),
+                }
+            )
+        elif role == "user":
+            content = message.get("content", "")
+            if isinstance(content, list):
+                blocks.extend(content)  # already content blocks (e.g. images)
+            elif content != "":
+                blocks.append({"type": "text", "text": str(content)})
+        else:
+            raise ValueError(f"message role {role!r} is not one of user, assistant, tool")
+        # Empty content blocks are rejected by the API; an empty turn carries nothing anyway.
+        if not blocks:
+            continue
+        wire_role = "assistant" if role == "assistant" else "user"
+        # Tool results (and any user text after them) share one user turn, and turns of the
+        # same role are merged, so the roles alternate as the API requires.
+        if out and out[-1]["role"] == wire_role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": wire_role, "content": blocks})
+    for turn in out:
+        # A lone text block is sent as a plain string, the form most requests use.
+        content = turn["content"]
+        if (
+            len(content) == 1
+            and content[0].get("type") == "text"
+            and set(content[0])
+            == {
+                "type",
+                "text",
+            }
+        ):
+            turn["content"] = content[0]["text"]
+    return out
+
+
+def _joined(first: ModelReply, then: ModelReply) -> ModelReply:
+    """A paused reply and its continuation as one reply (the blocks of both, in order)."""
+    blocks = [*_blocks_of(first), *_blocks_of(then)]
+    hosted = first.provider_calls + then.provider_calls
+    return ModelReply(
+        content=first.content + then.content,
+        tool_calls=first.tool_calls + then.tool_calls,
+        usage={k: first.usage.get(k, 0) + then.usage.get(k, 0) for k in then.usage},
+        model=then.model,
+        finish_reason=then.finish_reason,
+        provider_calls=hosted,
+        provider_content={"anthropic": blocks} if hosted else None,
+    )
+
+
+def _shifted(
+    on_delta: Callable[[dict[str, Any]], None] | None, calls: int
+) -> Callable[[dict[str, Any]], None] | None:
+    """`on_delta` for a continuation: its tool calls follow the `calls` already made."""
+    if on_delta is None or not calls:
+        return on_delta
+    sink = on_delta
+
+    def shifted(delta: dict[str, Any]) -> None:
+        if delta.get("type") == "tool_call_delta":
+            delta = {**delta, "index": delta["index"] + calls}
+        sink(delta)
+
+    return shifted
+
+
+def _blocks_of(reply: ModelReply) -> list[dict[str, Any]]:
+    kept = (reply.provider_content or {}).get("anthropic")
+    if isinstance(kept, list):
+        return kept
+    blocks: list[dict[str, Any]] = []
+    if reply.content:
+        blocks.append({"type": "text", "text": reply.content})
+    for call in reply.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call["id"], "name": call["name"],
+             "input": arguments_object(call.get("arguments")) or {}}
+        )  # fmt: skip
+    return blocks
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("provider"):
+        return hosted_declaration(
+            str(tool["provider"]), str(tool["name"]), dict(tool.get("provider_options") or {})
+        )
+    return {
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
+    }
+
+
+def _hosted_result(content: Any) -> tuple[str, bool]:
+    """A server tool's result, readable: `title — url` per web page, or the error code."""
+    if isinstance(content, dict):
+        code = content.get("error_code") or content.get("type") or "error"
+        return f"error: {code}", True
+    if isinstance(content, list):
+        lines = [
+            f"{item.get('title') or ''} — {item.get('url') or ''}".strip(" —")
+            for item in content
+            if isinstance(item, dict)
+        ]
+        return "\n".join(lines), False
+    return str(content or ""), False
+
+
+def _text(value: Any) -> str:
+    # Tool results are strings in toren's format; stringify anything else rather than fail.
+    return value if isinstance(value, str) else json.dumps(value)
