@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toren.errors import SandboxError
-from toren.store._store import Store, StoreError, StoreMissing, open_store
+from toren.store._objects import Store
+from toren.store._store import StoreError, StoreMissing, open_store
 
 __all__ = [
     "Manifest",
