@@ -33,7 +33,8 @@ from temporalio.client import Client
 from tests.conftest import S3_ENV, DevServer, fetch_history, task_failures, wait_for
 from toren import client as toren_client
 from toren.store._attachments import attach
-from toren.store._store import Store, open_store
+from toren.store._objects import Store
+from toren.store._store import open_store
 from toren.store._workspace import download
 
 ROOT = Path(__file__).resolve().parent.parent

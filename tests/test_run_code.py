@@ -25,7 +25,8 @@ from toren import CodeRun, SandboxError, ToolContext
 from toren import client as toren_client
 from toren.agent._config import AgentConfig
 from toren.client._events import render
-from toren.store._workspace import download, workspace_name
+from toren.store._workspace import download
+from toren.store._workspace_dirs import workspace_name
 from toren.worker import serve
 from toren.worker.tools._sandbox._jail import Jail
 

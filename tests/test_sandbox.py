@@ -25,7 +25,7 @@ import toren.worker.tools._sandbox as sandbox
 from toren import ConfigError, ToolContext, load_agent
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._tool import Tool
-from toren.store._workspace import workspace_dir, workspace_name
+from toren.store._workspace_dirs import workspace_dir, workspace_name
 from toren.worker.tools._sandbox import SandboxError
 from toren.worker.tools._sandbox._files import _open_file
 from toren.worker.tools._sandbox._jail import Jail

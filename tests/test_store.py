@@ -16,7 +16,9 @@ import pytest
 import toren.store._store as store_module
 from tests.conftest import S3_ENV
 from toren import ConfigError
-from toren.store._store import DirStore, S3Store, Store, StoreError, StoreMissing, check_store
+from toren.store._objects import Store
+from toren.store._s3 import S3Store
+from toren.store._store import DirStore, StoreError, StoreMissing, check_store
 from toren.testing import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from toren.store._manifest import Manifest, latest_version
 from toren.store._store import DirStore, StoreError
-from toren.store._workspace import Manifest, Workspaces, download, latest_version
+from toren.store._workspace import Workspaces, download
 
 RUN = "run-ws-1"
 

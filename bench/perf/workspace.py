@@ -74,7 +74,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from toren.store._store import DirStore, S3Store, Store
+from toren.store._objects import Store
+from toren.store._s3 import S3Store
+from toren.store._store import DirStore
 from toren.store._workspace import Stats, Workspaces
 from toren.testing import moto_s3
 

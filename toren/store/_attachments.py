@@ -35,8 +35,9 @@ from typing import Any
 
 from toren.agent._context import Attachment
 from toren.errors import AttachmentError
+from toren.store._objects import Store
 from toren.store._parsers import detect_type, extension_for, extract_text, split_pages
-from toren.store._store import DirStore, Store, StoreMissing
+from toren.store._store import DirStore, StoreMissing
 from toren.store._store import open_store as open_shared_store
 
 __all__ = [

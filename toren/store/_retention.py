@@ -32,8 +32,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from toren.errors import ConfigError
-from toren.store._store import Store, StoreMissing, open_store
-from toren.store._workspace import workspace_root
+from toren.store._objects import Store
+from toren.store._store import StoreMissing, open_store
+from toren.store._workspace_dirs import workspace_root
 
 __all__ = ["ENV_VAR", "Pruned", "prune", "retention_days", "run_retention"]
 

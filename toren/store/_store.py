@@ -22,33 +22,32 @@ store.sub("attachments").exists("x")    # a view under a prefix
 
 Objects are written whole (temporary file + rename on a directory, one PUT on S3) and never
 changed in place: a key names one content for its lifetime, so readers need no locks.
+
+This module opens the store a setting names and checks it; it holds `DirStore` (a directory).
+What every store offers is `toren.store._objects.Store`; the S3 kind is `toren.store._s3`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import socket
 import tempfile
 import threading
-from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from toren.errors import ConfigError, StoreError, StoreMissing
+from toren.store._objects import Store, StoreEntry, check_key
+from toren.store._s3 import S3Store
 
 __all__ = [
     "DEFAULT",
     "ENV_VAR",
     "DirStore",
-    "S3Store",
-    "Store",
-    "StoreEntry",
     "StoreError",
     "StoreMissing",
     "check_store",
@@ -60,95 +59,6 @@ __all__ = [
 ENV_VAR = "TOREN_STORE"
 DEFAULT = ".toren"
 """The store when `TOREN_STORE` is unset: this directory under the current one."""
-
-_KEY = re.compile(r"^[A-Za-z0-9_.=+@:-][A-Za-z0-9_.=+@:/-]*$")
-
-
-@dataclass(frozen=True)
-class StoreEntry:
-    """One object, as `Store.list` yields it."""
-
-    key: str
-    """Relative to the store (or view) it was listed from."""
-    size: int
-    mtime: float
-    """Last written, in seconds since the epoch."""
-
-
-def _check_key(key: str) -> str:
-    if not _KEY.match(key) or any(part in ("", ".", "..") for part in key.split("/")):
-        raise ValueError(f"not a store key: {key!r}")
-    return key
-
-
-class Store(ABC):
-    """Objects by key: bytes or files in, bytes or files out. See the module docstring."""
-
-    url: str
-    """Where it is, for messages: a directory or `s3://bucket/prefix`."""
-
-    @abstractmethod
-    def put_bytes(self, key: str, data: bytes) -> None:
-        """Write `data` under `key`, whole or not at all."""
-
-    @abstractmethod
-    def put_file(self, key: str, path: Path) -> None:
-        """Write the file at `path` under `key`, whole or not at all (streamed)."""
-
-    @abstractmethod
-    def get_bytes(self, key: str) -> bytes:
-        """The object's bytes; `StoreMissing` when absent."""
-
-    @abstractmethod
-    def get_file(self, key: str, dest: Path) -> None:
-        """Write the object to `dest` (through a temporary file beside it, then a rename)."""
-
-    @abstractmethod
-    def exists(self, key: str) -> bool:
-        """Whether `key` holds an object."""
-
-    @abstractmethod
-    def list(self, prefix: str = "") -> Iterator[StoreEntry]:
-        """Every object whose key starts with `prefix` (a folder, ending in `/`, or a name)."""
-
-    @abstractmethod
-    def delete(self, key: str) -> None:
-        """Remove `key` (nothing happens when it is absent)."""
-
-    def sub(self, prefix: str) -> Store:
-        """A view of the objects under `prefix/`."""
-        return _View(self, _check_key(prefix.strip("/")) + "/")
-
-
-class _View(Store):
-    def __init__(self, base: Store, prefix: str) -> None:
-        self.base, self.prefix = base, prefix
-        self.url = base.url.rstrip("/") + "/" + prefix
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        self.base.put_bytes(self.prefix + _check_key(key), data)
-
-    def put_file(self, key: str, path: Path) -> None:
-        self.base.put_file(self.prefix + _check_key(key), path)
-
-    def get_bytes(self, key: str) -> bytes:
-        return self.base.get_bytes(self.prefix + _check_key(key))
-
-    def get_file(self, key: str, dest: Path) -> None:
-        self.base.get_file(self.prefix + _check_key(key), dest)
-
-    def exists(self, key: str) -> bool:
-        return self.base.exists(self.prefix + _check_key(key))
-
-    def list(self, prefix: str = "") -> Iterator[StoreEntry]:
-        for entry in self.base.list(self.prefix + prefix):
-            yield StoreEntry(entry.key[len(self.prefix) :], entry.size, entry.mtime)
-
-    def delete(self, key: str) -> None:
-        self.base.delete(self.prefix + _check_key(key))
-
-    def sub(self, prefix: str) -> Store:
-        return _View(self.base, self.prefix + _check_key(prefix.strip("/")) + "/")
 
 
 class DirStore(Store):
@@ -164,7 +74,7 @@ class DirStore(Store):
         self.url = str(self.root)
 
     def _path(self, key: str) -> Path:
-        return self.root / _check_key(key)
+        return self.root / check_key(key)
 
     def _write(self, key: str, fill: Any) -> None:
         path = self._path(key)
@@ -173,7 +83,7 @@ class DirStore(Store):
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         except OSError as err:
             raise StoreError(f"cannot write {key} in {self.url}: {err}") from err
-        try:
+        with _removed_on_failure(tmp, f"cannot write {key} in {self.url}"):
             with os.fdopen(fd, "wb") as out:
                 fill(out)
                 out.flush()
@@ -186,12 +96,6 @@ class DirStore(Store):
                     os.fsync(dir_fd)
                 finally:
                     os.close(dir_fd)
-        except OSError as err:
-            Path(tmp).unlink(missing_ok=True)
-            raise StoreError(f"cannot write {key} in {self.url}: {err}") from err
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
     def put_bytes(self, key: str, data: bytes) -> None:
         self._write(key, lambda out: out.write(data))
@@ -214,21 +118,15 @@ class DirStore(Store):
     def get_file(self, key: str, dest: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".toren-restore-")
-        try:
-            with os.fdopen(fd, "wb") as out, open(self._path(key), "rb") as src:
-                shutil.copyfileobj(src, out, 1024 * 1024)
-            os.replace(tmp, dest)
-        except FileNotFoundError as err:
-            Path(tmp).unlink(missing_ok=True)
-            if err.filename == str(self._path(key)):
-                raise StoreMissing(f"{key} is not in the store {self.url}") from None
-            raise StoreError(f"cannot restore {key} from {self.url}: {err}") from err
-        except OSError as err:
-            Path(tmp).unlink(missing_ok=True)
-            raise StoreError(f"cannot restore {key} from {self.url}: {err}") from err
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with _removed_on_failure(tmp, f"cannot restore {key} from {self.url}"):
+            try:
+                with os.fdopen(fd, "wb") as out, open(self._path(key), "rb") as src:
+                    shutil.copyfileobj(src, out, 1024 * 1024)
+                os.replace(tmp, dest)
+            except FileNotFoundError as err:
+                if err.filename == str(self._path(key)):
+                    raise StoreMissing(f"{key} is not in the store {self.url}") from None
+                raise
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -258,99 +156,20 @@ class DirStore(Store):
             raise StoreError(f"cannot delete {key} from {self.url}: {err}") from err
 
 
-class S3Store(Store):
-    """An S3 bucket (or S3-compatible server) under a key prefix, through boto3.
+@contextlib.contextmanager
+def _removed_on_failure(tmp: str, failed: str) -> Iterator[None]:
+    """Remove the temporary file `tmp` when the block fails; an `OSError` becomes a `StoreError`.
 
-    Credentials, region and endpoint come from the standard AWS chain (`AWS_ACCESS_KEY_ID`,
-    `AWS_REGION`, `AWS_ENDPOINT_URL`, profiles, instance roles). The client is made on first
-    use; boto3 clients are safe to share between threads.
+    `failed` starts the error's message (`cannot write k in /srv/toren`); the cause follows it.
     """
-
-    def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None) -> None:
-        self.bucket = bucket
-        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-        self.url = f"s3://{bucket}/{self.prefix}"
-        self._client: Any = None
-        self._lock = threading.Lock()
-
-    def client(self) -> Any:
-        """The boto3 S3 client (made on first use)."""
-        with self._lock:
-            if self._client is None:
-                try:
-                    import boto3  # type: ignore[import-untyped]
-                    from botocore.config import Config
-                except ImportError as err:
-                    raise ConfigError(
-                        f"{ENV_VAR}={self.url} needs boto3: pip install 'toren[s3]'"
-                    ) from err
-                config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3})
-                self._client = boto3.client("s3", endpoint_url=self.endpoint_url, config=config)
-            return self._client
-
-    def _call(self, what: str, key: str, fn: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            return fn(self.client())
-        except ClientError as err:
-            code = str(err.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NoSuchKey", "NotFound"):
-                raise StoreMissing(f"{key} is not in the store {self.url}") from None
-            raise StoreError(f"cannot {what} {key} in {self.url}: {err}") from err
-        except (BotoCoreError, OSError) as err:
-            raise StoreError(f"cannot {what} {key} in {self.url}: {err}") from err
-
-    def put_bytes(self, key: str, data: bytes) -> None:
-        k = self.prefix + _check_key(key)
-        self._call("write", key, lambda c: c.put_object(Bucket=self.bucket, Key=k, Body=data))
-
-    def put_file(self, key: str, path: Path) -> None:
-        k = self.prefix + _check_key(key)
-        # upload_file goes multipart for large files; the object appears only when complete.
-        self._call("write", key, lambda c: c.upload_file(str(path), self.bucket, k))
-
-    def get_bytes(self, key: str) -> bytes:
-        k = self.prefix + _check_key(key)
-        body = self._call("read", key, lambda c: c.get_object(Bucket=self.bucket, Key=k))
-        return self._call("read", key, lambda c: body["Body"].read())  # type: ignore[no-any-return]
-
-    def get_file(self, key: str, dest: Path) -> None:
-        k = self.prefix + _check_key(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".toren-restore-")
-        os.close(fd)
-        try:
-            self._call("read", key, lambda c: c.download_file(self.bucket, k, tmp))
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def exists(self, key: str) -> bool:
-        k = self.prefix + _check_key(key)
-        try:
-            self._call("check", key, lambda c: c.head_object(Bucket=self.bucket, Key=k))
-        except StoreMissing:
-            return False
-        return True
-
-    def list(self, prefix: str = "") -> Iterator[StoreEntry]:
-        def pages(c: Any) -> list[Any]:
-            paginator = c.get_paginator("list_objects_v2")
-            return list(paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix))
-
-        for page in self._call("list", prefix or "/", pages):
-            for obj in page.get("Contents", ()):
-                yield StoreEntry(
-                    obj["Key"][len(self.prefix) :], int(obj["Size"]),
-                    obj["LastModified"].timestamp(),
-                )  # fmt: skip
-
-    def delete(self, key: str) -> None:
-        k = self.prefix + _check_key(key)
-        self._call("delete", key, lambda c: c.delete_object(Bucket=self.bucket, Key=k))
+    try:
+        yield
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise StoreError(f"{failed}: {err}") from err
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def store_setting() -> str:

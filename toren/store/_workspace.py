@@ -1,9 +1,7 @@
 """Workspaces that follow their run: versions by content hash in the store, the local dir a cache.
 
-A run's workspace lives in the store (`toren.store._store`) as *versions*: each a manifest
-(`versions/<run>/<id>.json`: path → sha256, size, executable bit; directories; symlinks)
-whose files are blobs by content (`blobs/sha256/<ab>/<digest>`). The id is the sha256 of the
-manifest's canonical JSON, so a version names exactly one set of files.
+A run's workspace lives in the store (`toren.store._store`) as *versions*: manifests whose
+files are blobs by content (`toren.store._manifest`); a host's directory is a cache of one.
 
 ```python
 spaces = Workspaces.from_env()                  # TOREN_WORKSPACES cache + TOREN_STORE
@@ -33,7 +31,6 @@ each file's stat and digest); deleting it costs one full check, never a wrong fi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -42,31 +39,21 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from toren.errors import SandboxError
-from toren.store._store import Store, StoreError, StoreMissing, open_store
+from toren.store._manifest import Manifest, blob_key, manifest_key
+from toren.store._objects import Store
+from toren.store._store import StoreError, StoreMissing, open_store
+from toren.store._tree import entries, hash_file
+from toren.store._workspace_dirs import workspace_dir, workspace_name, workspace_root
 
-__all__ = [
-    "Manifest",
-    "WorkspaceTooLarge",
-    "Workspaces",
-    "download",
-    "latest_version",
-    "workspace_dir",
-    "workspace_name",
-    "workspace_root",
-]
+__all__ = ["Stats", "WorkspaceTooLarge", "Workspaces", "download"]
 
-DEFAULT_ROOT = ".toren/workspaces"
-"""Where workspaces live when the worker's env has no `TOREN_WORKSPACES` (under its cwd)."""
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-VERSION = 1
-"""The manifest format; a manifest of another version is refused, not misread."""
 RACY_NS = 50_000_000
 """A file changed this close before a walk is hashed again at the next one: the kernel stamps
 files with a coarse clock (a few ms a tick), so a write in the same tick as the walk could
@@ -80,118 +67,14 @@ LOCKS = 64
 NAMED = 10_000
 """Runs a process remembers having named in the store (`run.json`)."""
 
-_CHUNK = 1024 * 1024
 _T = TypeVar("_T")
 _HEAD = re.compile(rb'\{"version":"([0-9a-f]{64})","walked_ns":[0-9]+,"stats":')
 """The start of a host's state file: the version its copy matches, readable without the rest."""
-_VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
 _Stat = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
-
-
-def workspace_root(environ: Mapping[str, str]) -> Path:
-    """The absolute directory holding every run's workspace on this worker.
-
-    Args:
-        environ: The worker's environment (operator config, not the agent's env).
-    """
-    raw = environ.get("TOREN_WORKSPACES") or DEFAULT_ROOT
-    # realpath, so later realpath'd file paths compare equal to it (e.g. /tmp → /private/tmp).
-    return Path(os.path.realpath(Path(raw).expanduser()))
-
-
-def workspace_name(run_id: str) -> str:
-    """A directory name for `run_id`: itself when already safe, else sanitized plus a hash."""
-    safe = _UNSAFE.sub("_", run_id).lstrip(".")[:100]
-    if safe != run_id or not safe:
-        # The hash keeps two ids that sanitize alike (`a/b`, `a_b`) in separate directories.
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
-        safe = f"{safe or 'run'}-{digest}"
-    return safe
-
-
-def workspace_dir(root: Path, run_id: str) -> Path:
-    """Return the run's workspace under `root`, creating it (kept forever; never deleted here)."""
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = root / workspace_name(run_id)
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
 
 
 class WorkspaceTooLarge(SandboxError):
     """A call left the workspace over its `workspaceMB`: nothing was stored, its copy went back."""
-
-
-@dataclass
-class Manifest:
-    """One version of a workspace: what `commit` stored and `prepare` restores."""
-
-    files: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
-    """Relative path → (sha256, size, executable)."""
-    dirs: list[str] = field(default_factory=list)
-    links: dict[str, str] = field(default_factory=dict)
-    """Relative path → symlink target, kept as text (never followed here)."""
-
-    def to_json(self) -> bytes:
-        """The canonical JSON whose sha256 is the version id."""
-        doc = {
-            "v": VERSION,
-            "files": {p: list(v) for p, v in sorted(self.files.items())},
-            "dirs": sorted(self.dirs),
-            "links": dict(sorted(self.links.items())),
-        }
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-
-    def id(self) -> str:
-        """The version id: sha256 of `to_json()`."""
-        return hashlib.sha256(self.to_json()).hexdigest()
-
-    @classmethod
-    def from_json(cls, data: bytes, expected_id: str) -> Manifest:
-        """Parse a stored manifest, checking it hashes to `expected_id`."""
-        if hashlib.sha256(data).hexdigest() != expected_id:
-            raise StoreError(f"workspace version {expected_id} in the store does not match its id")
-        doc = json.loads(data)
-        if doc.get("v") != VERSION:
-            raise StoreError(f"workspace version {expected_id} has format {doc.get('v')!r}")
-        files = {p: (str(d), int(s), bool(x)) for p, (d, s, x) in doc["files"].items()}
-        manifest = cls(files=files, dirs=list(doc["dirs"]), links=dict(doc["links"]))
-        problems = manifest.path_problems()
-        if problems:
-            # Hash-valid is not enough: whoever can write the store can plant a manifest and
-            # name its id, and a restore writes wherever its paths point.
-            raise StoreError(
-                f"workspace version {expected_id} is refused: {'; '.join(problems[:5])}"
-                + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
-            )
-        return manifest
-
-    def path_problems(self) -> list[str]:
-        """Why a path it names could land outside the workspace (empty when none could).
-
-        Every path must be relative, normalized (no `.`, `..` or empty part, no NUL) and must
-        not pass through a symlink the version itself makes.
-        """
-        problems = []
-        every = [*self.files, *self.dirs, *self.links]
-        for relative in every:
-            if not isinstance(relative, str) or not _safe_path(relative):
-                problems.append(f"path {relative!r} is not a plain relative path")
-        for relative, (digest, _, _) in self.files.items():
-            if not re.fullmatch(r"[0-9a-f]{64}", digest):
-                problems.append(f"file {relative!r} names {digest!r}, not a sha256 digest")
-        links = set(self.links)
-        for relative in every:
-            if isinstance(relative, str) and links:
-                parts = relative.split("/")
-                through = ["/".join(parts[:i]) for i in range(1, len(parts))]
-                hit = next((p for p in through if p in links), None)
-                if hit is not None:
-                    problems.append(f"path {relative!r} passes through symlink {hit!r}")
-        return problems
-
-    def bytes(self) -> int:
-        """The size of every file it names."""
-        return sum(size for _, size, _ in self.files.values())
 
 
 @dataclass
@@ -319,7 +202,7 @@ class Workspaces:
             sources = {v[0]: (p, v[1]) for p, v in manifest.files.items()}
 
             def upload(digest: str) -> int:
-                key = _blob_key(digest)
+                key = blob_key(digest)
                 if self.blobs.exists(key):
                     return 0
                 source, size = sources[digest]
@@ -329,7 +212,7 @@ class Workspaces:
             fresh = [d for d in sources if d not in known]
             self.last.uploaded_bytes += sum(_in_parallel(upload, fresh))
             # Only now: a manifest in the store always has every blob it names.
-            self.versions.put_bytes(_manifest_key(run_id, version), manifest.to_json())
+            self.versions.put_bytes(manifest_key(run_id, version), manifest.to_json())
             if run_id not in self._named:
                 # Which run the folder is (its name may be sanitized): retention asks Temporal.
                 doc = json.dumps({"run_id": run_id}).encode()
@@ -347,7 +230,7 @@ class Workspaces:
     def manifest(self, run_id: str, version: str) -> Manifest:
         """Version `version` of the run's workspace, from the store."""
         try:
-            data = self.versions.get_bytes(_manifest_key(run_id, version))
+            data = self.versions.get_bytes(manifest_key(run_id, version))
         except StoreMissing:
             raise StoreMissing(
                 f"workspace version {version} of {run_id!r} is not in the store "
@@ -367,7 +250,7 @@ class Workspaces:
         """
         manifest = Manifest()
         stats: dict[str, list[Any]] = {}
-        for relative, st, target in _entries(path):
+        for relative, st, target in entries(path):
             if target is not None:
                 manifest.links[relative] = target
             elif stat.S_ISDIR(st.st_mode):
@@ -382,7 +265,7 @@ class Workspaces:
                 if old is not None and tuple(old[:4]) == key and fresh:
                     digest = str(old[4])
                 else:
-                    digest = _hash(path / relative)
+                    digest = hash_file(path / relative)
                     self.last.hashed_bytes += st.st_size
                 manifest.files[relative] = (digest, st.st_size, bool(st.st_mode & 0o111))
                 stats[relative] = [*key, digest]
@@ -423,14 +306,14 @@ class Workspaces:
             if fetch:
                 if place.is_dir() and not place.is_symlink():
                     shutil.rmtree(place)
-                self.blobs.get_file(_blob_key(digest), place)
+                self.blobs.get_file(blob_key(digest), place)
             mode = 0o755 if executable else 0o644
             # Only when it differs, and before the check below: a chmod moves the ctime, and a
             # file whose ctime is within RACY_NS of the end of the restore is hashed again at
             # the next walk (all of them, when every file was chmodded).
             if stat.S_IMODE(os.lstat(place).st_mode) != mode:
                 os.chmod(place, mode)
-            if fetch and _hash(place) != digest:
+            if fetch and hash_file(place) != digest:
                 place.unlink(missing_ok=True)
                 raise StoreError(f"blob {digest} in {self.store.url} does not match its name")
             return size if fetch else 0
@@ -500,93 +383,6 @@ def _in_parallel(fn: Callable[[_T], int], items: Sequence[_T]) -> list[int]:
     with ThreadPoolExecutor(min(TRANSFERS, len(items)), thread_name_prefix="toren-ws") as pool:
         futures = [pool.submit(fn, item) for item in items]
     return [f.result() for f in futures]
-
-
-def _safe_path(relative: str) -> bool:
-    """Whether `relative` is a normalized path below the workspace (`a/b`, not `../a`, `/a`)."""
-    if not relative or "\0" in relative or relative.startswith("/"):
-        return False
-    return all(part not in ("", ".", "..") for part in relative.split("/"))
-
-
-def _blob_key(digest: str) -> str:
-    return f"sha256/{digest[:2]}/{digest}"
-
-
-def _manifest_key(run_id: str, version: str) -> str:
-    if len(version) != 64 or any(c not in "0123456789abcdef" for c in version):
-        raise StoreError(f"{version!r} is not a workspace version id")
-    return f"{workspace_name(run_id)}/{version}.json"
-
-
-def _entries(root: Path) -> Iterator[tuple[str, os.stat_result, str | None]]:
-    """(relative path, lstat, symlink target or None) of every dir, file and link under root.
-
-    Symlinks are never followed; sockets, FIFOs and devices are yielded too (callers skip them).
-    A directory or file the sandbox made unreadable or unwritable to its owner (`chmod 000`)
-    gets its owner's permissions back, else a worker not running as root could neither store
-    nor roll back that copy (versions keep no mode but the executable bit).
-    """
-    with contextlib.suppress(OSError):
-        _give_owner(root, os.lstat(root), 0o700)
-    stack = [""]
-    while stack:
-        folder = stack.pop()
-        try:
-            items = list(os.scandir(root / folder if folder else root))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for item in sorted(items, key=lambda i: i.name):
-            relative = f"{folder}/{item.name}" if folder else item.name
-            if not folder and item.name.startswith(".toren-restore-"):
-                continue
-            try:
-                st = item.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                yield relative, st, os.readlink(item.path)
-            elif stat.S_ISDIR(st.st_mode):
-                yield relative, st, None
-                _give_owner(Path(item.path), st, 0o700)
-                stack.append(relative)
-            else:
-                if stat.S_ISREG(st.st_mode) and _give_owner(Path(item.path), st, 0o600):
-                    st = os.lstat(item.path)
-                yield relative, st, None
-
-
-def _give_owner(path: Path, st: os.stat_result, bits: int) -> bool:
-    """Add `bits` to `path`'s owner permissions when some are missing; return whether it did."""
-    if st.st_mode & bits == bits:
-        return False
-    os.chmod(path, stat.S_IMODE(st.st_mode) | bits)  # never a link: `st` is its lstat
-    return True
-
-
-def _hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def latest_version(run_id: str, store: Store | None = None) -> str | None:
-    """The newest version in the store of `run_id`'s workspace (by time written), or None.
-
-    History is what names a run's versions; this is for a run whose history is gone.
-    """
-    versions = (store or open_store()).sub("versions")
-    # Only manifests: the folder also holds `run.json`, which names the run.
-    manifests = [
-        entry
-        for entry in versions.list(workspace_name(run_id) + "/")
-        if _VERSION_FILE.fullmatch(entry.key.rpartition("/")[2])
-    ]
-    newest = max(manifests, key=lambda e: e.mtime, default=None)
-    return newest.key.rpartition("/")[2].removesuffix(".json") if newest else None
 
 
 def download(run_id: str, version: str, dest: Path, store: Store | None = None) -> Manifest:

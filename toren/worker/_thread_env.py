@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from temporalio.exceptions import ApplicationError
 
 from toren.errors import ConfigError
-from toren.store._store import DirStore, Store, StoreError, StoreMissing, open_store
+from toren.store._objects import Store
+from toren.store._store import DirStore, StoreError, StoreMissing, open_store
 
 if TYPE_CHECKING:
     from toren.agent._tool import Tool

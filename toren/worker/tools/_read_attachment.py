@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.agent._tool import Tool, ToolContext, Variable, define_tool
+from toren.agent._tool import Tool, ToolContext, Variable
 from toren.store._attachments import ENV_VAR, AttachmentError, open_store
+from toren.worker.tools._read_only import read_only_tool
 
 if TYPE_CHECKING:
     from toren.agent._config import AgentConfig
@@ -73,19 +74,15 @@ def read(args: ReadAttachmentInput, ctx: ToolContext) -> dict[str, Any]:
 def tools(config: AgentConfig, name: str) -> list[Tool]:
     """The `read_attachment` tool (the registry's entry point; no options)."""
     return [
-        define_tool(
+        read_only_tool(
             name="read_attachment",
             description=(
                 "Read a file attached to this run, one page (~4,000 characters) at a time. "
                 "The reply says how many pages there are (`of`); read further pages as needed."
             ),
             input=ReadAttachmentInput,
-            effects="none",
             # Pages never change once stored: a repeated read returns the same text.
-            idempotency="none",
-            approval="never",
             timeout_ms=10_000,
-            max_attempts=3,
             variables=[Variable(ENV_VAR, type="text", required=False)],
             handler=read,
         )

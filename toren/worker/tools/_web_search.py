@@ -26,9 +26,10 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
-from toren.agent._tool import Tool, ToolContext, Variable, define_tool
+from toren.agent._tool import Tool, ToolContext, Variable
 from toren.errors import WebSearchError
 from toren.worker._http import HTTPFailure, post_json
+from toren.worker.tools._read_only import read_only_tool
 
 if TYPE_CHECKING:
     from toren.agent._config import AgentConfig
@@ -167,20 +168,14 @@ def _detail(data: Any) -> str | None:
 def tools(config: AgentConfig, name: str) -> list[Tool]:
     """The `web_search` tool (the registry's entry point; `config` holds no options for it)."""
     return [
-        define_tool(
+        read_only_tool(
             name="web_search",
             description=(
                 "Search the web. Returns a short answer and the top results, each with a "
                 "title, URL and snippet. Cite the URLs you use."
             ),
             input=WebSearchInput,
-            effects="none",
-            # A search is a read: a repeated call costs a credit, nothing more.
-            idempotency="none",
-            approval="never",
             timeout_ms=30_000,
-            # 429/5xx retries: a few, then the call fails closed instead of spinning.
-            max_attempts=3,
             # Optional and not secret: resolved into ctx.env from the worker's environment.
             variables=[Variable("TAVILY_BASE_URL", type="text", required=False)],
             handler=search,

@@ -76,7 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._tool import Tool, ToolContext, define_tool
 from toren.errors import ConfigError, SandboxError
-from toren.store._workspace import workspace_dir, workspace_root
+from toren.store._workspace_dirs import workspace_dir, workspace_root
 from toren.worker.tools._sandbox._code import check_modules, run_code
 from toren.worker.tools._sandbox._files import (
     edit_file,

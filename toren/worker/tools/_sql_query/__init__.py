@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.agent._tool import Tool, ToolContext, Variable, define_tool
+from toren.agent._tool import Tool, ToolContext, Variable
 from toren.errors import SqlQueryError
+from toren.worker.tools._read_only import read_only_tool
 from toren.worker.tools._sql_query._postgres import run_postgres
 from toren.worker.tools._sql_query._rows import RESULT_BYTES
 from toren.worker.tools._sql_query._sqlite import run_sqlite, sqlite_path
@@ -141,7 +142,7 @@ def _statement_timeout(env: Mapping[str, str]) -> int:
 def tools(config: AgentConfig, name: str) -> list[Tool]:
     """The `sql_query` tool (the registry's entry point; `config` holds no options for it)."""
     return [
-        define_tool(
+        read_only_tool(
             name="sql_query",
             description=(
                 "Run one read-only SQL query (SELECT / WITH ... SELECT) against the database "
@@ -151,12 +152,7 @@ def tools(config: AgentConfig, name: str) -> list[Tool]:
                 "information_schema.columns WHERE table_schema = 'public'`."
             ),
             input=SqlQueryInput,
-            effects="none",
-            # Reading twice is harmless: nothing to key.
-            idempotency="none",
-            approval="never",
             timeout_ms=TOOL_TIMEOUT_MS,
-            max_attempts=3,
             # Optional and not secret: resolved into ctx.env from the worker's environment.
             variables=[Variable("SQL_STATEMENT_TIMEOUT_MS", type="text", required=False)],
             handler=run_query,
