@@ -14,8 +14,8 @@ same bytes. The API takes at most four breakpoints; toren places, in this order 
    the API looks back over (about 20) to find the last call's breakpoint.
 
 The fourth is left to a request's own blocks (a user's content blocks may carry one); when they
-carry more, toren places fewer, never more than four in all. Nothing is marked in place: a marked block is a copy, so the
-transcript the request came from never holds one.
+carry more, toren places fewer, never more than four in all. Nothing is marked in place: a
+marked block is a copy, so the transcript the request came from never holds one.
 """
 
 from __future__ import annotations
