@@ -234,4 +234,5 @@ def test_prices_come_from_the_table(make_agent: Callable[..., Path]) -> None:
     folder = make_agent(model="openai/gpt-4o", limits={"maxCostUSD": 1})
     runtime = AgentRuntime.load([folder], {"OPENAI_API_KEY": "sk-test-not-used"})
     spec = runtime.agents[folder.name].spec()
-    assert spec.prices == [2.5, 10.0] and spec.max_cost_usd == 1
+    # Input, output, cache-read and cache-write (OpenAI bills no writes: the input price).
+    assert spec.prices == [2.5, 10.0, 1.25, 2.5] and spec.max_cost_usd == 1

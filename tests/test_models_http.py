@@ -17,6 +17,8 @@ from toren.worker.models._base import ModelHTTPError, ModelRequest
 from toren.worker.models._openai import OpenAIModel
 
 KEY = "sk-test-1234567890abcdef"
+NO_CACHE = {"prompt_caching": False}
+"""Settings for a test of the wire format without prompt caching (`tests/test_prompt_cache.py`)."""
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -184,7 +186,10 @@ def anthropic(recorder: Recorder, base_url: str | None = None) -> AnthropicModel
 
 def hello() -> ModelRequest:
     return ModelRequest(
-        model="some-model", system="Be brief.", messages=[{"role": "user", "content": "hi"}]
+        model="some-model",
+        system="Be brief.",
+        messages=[{"role": "user", "content": "hi"}],
+        settings=NO_CACHE,
     )
 
 
@@ -237,6 +242,7 @@ async def test_openai_request_shape_with_tools_and_results() -> None:
         messages=TOOL_TRANSCRIPT,
         tools=[WEATHER_TOOL],
         max_tokens=256,
+        settings=NO_CACHE,
     )
     await openai(recorder).complete(request)
     assert recorder.body == {
@@ -405,6 +411,7 @@ async def test_anthropic_request_shape_groups_tool_results() -> None:
         messages=[*TOOL_TRANSCRIPT, {"role": "user", "content": "Also Rome?"}],
         tools=[WEATHER_TOOL],
         max_tokens=256,
+        settings=NO_CACHE,
     )
     await anthropic(recorder).complete(request)
     assert recorder.body == {
@@ -469,7 +476,9 @@ async def test_anthropic_tool_calls_without_text_and_adjacent_user_messages() ->
         },
         {"role": "tool", "tool_call_id": "toolu_1", "name": "get_weather", "content": "ok"},
     ]
-    await anthropic(recorder).complete(ModelRequest(model="m", system="", messages=messages))
+    await anthropic(recorder).complete(
+        ModelRequest(model="m", system="", messages=messages, settings=NO_CACHE)
+    )
     body = recorder.body
     assert "system" not in body
     assert "tools" not in body

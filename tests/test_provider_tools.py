@@ -129,7 +129,7 @@ async def test_the_request_declares_the_server_tool_and_the_reply_keeps_its_bloc
     model = fake([message(copy.deepcopy(SEARCHED), "end_turn")], bodies)
     reply = await model.complete(
         ModelRequest(model="claude-x", system="", messages=[{"role": "user", "content": "hi"}],
-                     tools=[SEARCH_TOOL])
+                     tools=[SEARCH_TOOL], settings={"prompt_caching": False})
     )  # fmt: skip
     assert bodies[0]["tools"] == [
         {"type": "web_search_20250305", "max_uses": 2, "name": "web_search"}
@@ -217,6 +217,8 @@ async def test_a_run_on_the_dev_server_schedules_no_activity_for_the_provider_to
             "tool_use_id": "toolu_02",
             "content": "order A-1 shipped",
             "is_error": False,
+            # The newest block is the prompt cache's rolling breakpoint (models/_anthropic_cache).
+            "cache_control": {"type": "ephemeral"},
         }
     ]
 
@@ -307,7 +309,7 @@ async def test_a_paused_turn_is_continued_within_the_model_call() -> None:
     model = fake([message(paused, "pause_turn"), message(then, "end_turn")], bodies)
     reply = await model.complete(
         ModelRequest(model="claude-x", system="", messages=[{"role": "user", "content": "q"}],
-                     tools=[SEARCH_TOOL])
+                     tools=[SEARCH_TOOL], settings={"prompt_caching": False})
     )  # fmt: skip
     assert len(bodies) == 2
     assert bodies[1]["messages"][-1] == {"role": "assistant", "content": SEARCHED[:3]}

@@ -7,7 +7,9 @@ TorenError                  root of everything toren raises to a user
 │   └── MissingEnvError     declared env names missing from the worker's environment
 ├── ModelError              a model provider failed
 │   └── ModelHTTPError      the provider answered an error status or could not be reached;
-│                           `retryable` and `retry_after` tell Temporal what to do
+│       │                   `retryable` and `retry_after` tell Temporal what to do
+│       └── PromptTooLongError  the prompt does not fit the model's context window: compact
+│                           it and call again (never retried as it is)
 ├── ToolError               a built-in tool refused a call; the model reads the message
 │   ├── WebSearchError      the search service refused or answered nonsense
 │   ├── SqlQueryError       the query was refused or failed
@@ -48,6 +50,7 @@ __all__ = [
     "MissingEnvError",
     "ModelError",
     "ModelHTTPError",
+    "PromptTooLongError",
     "RunError",
     "SandboxError",
     "SqlQueryError",
@@ -125,6 +128,26 @@ class ModelHTTPError(ModelError):
         if retryable is None:
             retryable = status is None or status in (408, 409, 429) or status >= 500
         self.retryable = retryable
+
+
+class PromptTooLongError(ModelHTTPError):
+    """The provider refused the prompt for its length: it does not fit the context window.
+
+    Not retryable (the same prompt is refused again): the caller compacts the conversation and
+    calls again. `window` and `prompt_tokens` are the sizes in tokens the refusal stated, when
+    it stated them (`toren.worker.models._window.refusal_for` reads each provider's wording).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        window: int | None = None,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        super().__init__(message, status=status, retryable=False)
+        self.window = window
+        self.prompt_tokens = prompt_tokens
 
 
 # -- tools ------------------------------------------------------------------------------------

@@ -56,8 +56,9 @@ class LoadedAgent:
     provider: ModelProvider
     model: str
     processes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    prices: tuple[float, float] | None = None
-    """USD per million input and output tokens of the model (agent.yaml, or the table)."""
+    prices: tuple[float, ...] | None = None
+    """USD per million input, output (and cache-read, cache-write) tokens of the model
+    (agent.yaml, or the table)."""
     worker_secrets: tuple[str, ...] = ()
     """Every secret the worker holds (`worker_secrets`): any run's redactor hides them all, since
     a tool or an MCP server may find one it was never given."""

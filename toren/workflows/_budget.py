@@ -7,6 +7,12 @@ ones included. A run stops before a model call the remaining budget cannot cover
 estimated from the last call's size and what was added since) or right after one that crossed
 the budget. Costs use the prices recorded in the run's spec, so a replay computes the same.
 Workflow-side code: deterministic, no I/O.
+
+A token is a token whether the provider read it from its prompt cache or not: `input_tokens` is
+the whole prompt (the model reads all of it; the next prompt is at least as large), and
+`maxTokens` bounds the tokens read and written. The cache shows in the cost: the tokens of
+`cache_read_tokens` and `cache_write_tokens` (there only when non-zero) are priced at the
+cache's own prices, when the spec recorded them.
 """
 
 from __future__ import annotations
@@ -20,10 +26,35 @@ with workflow.unsafe.imports_passed_through():
     from toren.agent._types import AgentSpec, ModelCallResult, RunState
     from toren.errors import RunError
 
-__all__ = ["Budget", "fresh_spending"]
+__all__ = ["CACHE_KEYS", "Budget", "cost_usd", "fresh_spending"]
 
 CHARS_PER_TOKEN = 4
 """How a prompt's growth since the last call is turned into tokens for the estimate."""
+
+
+CACHE_KEYS = ("cache_read_tokens", "cache_write_tokens")
+"""Usage keys of the prompt tokens a provider read from or wrote to its cache (part of
+`input_tokens`); a usage has them only when non-zero."""
+
+
+def cost_usd(usage: dict[str, int], prices: list[float]) -> float:
+    """The cost of `usage` at `prices`.
+
+    `prices`: USD per million input, output, and optionally cache-read and cache-write tokens;
+    a missing cache price is the input price.
+    """
+    tokens_in = int(usage.get("input_tokens", 0))
+    tokens_out = int(usage.get("output_tokens", 0))
+    read, write = (int(usage.get(key, 0)) for key in CACHE_KEYS)
+    if not read and not write:
+        # The sum every usage without cache tokens has always had: replays cost the same.
+        return (tokens_in * prices[0] + tokens_out * prices[1]) / 1_000_000
+    price_in, price_out, *cached = prices
+    read_price, write_price = [*cached, price_in, price_in][:2]
+    uncached = tokens_in - read - write
+    return (
+        uncached * price_in + read * read_price + write * write_price + tokens_out * price_out
+    ) / 1_000_000
 
 
 def fresh_spending() -> dict[str, float]:
@@ -40,11 +71,7 @@ class Budget:
             run.spent = fresh_spending()
 
     def _cost(self, spec: AgentSpec, usage: dict[str, int]) -> float:
-        if not spec.prices:
-            return 0.0
-        tokens_in = int(usage.get("input_tokens", 0))
-        tokens_out = int(usage.get("output_tokens", 0))
-        return (tokens_in * spec.prices[0] + tokens_out * spec.prices[1]) / 1_000_000
+        return cost_usd(usage, spec.prices) if spec.prices else 0.0
 
     def before_call(self, spec: AgentSpec, added: list[dict[str, Any]]) -> None:
         """Stop before a call the rest of the budget cannot cover.
@@ -75,9 +102,11 @@ class Budget:
         run, spent = self._run, self._run.spent
         usage = {
             k: int(reply.usage.get(k, 0)) + int(reply.earlier_usage.get(k, 0))
-            for k in ("input_tokens", "output_tokens")
+            for k in ("input_tokens", "output_tokens", *CACHE_KEYS)
         }
         for key, value in usage.items():
+            if not value and key in CACHE_KEYS:
+                continue  # a run that never cached keeps the two keys it always had
             run.usage[key] = run.usage.get(key, 0) + value
         cost = self._cost(spec, usage)
         run.cost_usd += cost
@@ -93,12 +122,13 @@ class Budget:
     def add_child(self, usage: dict[str, Any], cost: float | None) -> None:
         """Count a finished child run's usage (it reaches this run even when the child failed)."""
         run, spent = self._run, self._run.spent
-        tokens = 0
-        for key in ("input_tokens", "output_tokens"):
+        for key in ("input_tokens", "output_tokens", *CACHE_KEYS):
             value = int(usage.get(key, 0) or 0)
-            run.usage[key] = run.usage.get(key, 0) + value
-            tokens += value
-        spent["tokens"] += tokens
+            if value or key not in CACHE_KEYS:
+                run.usage[key] = run.usage.get(key, 0) + value
+        spent["tokens"] += int(usage.get("input_tokens", 0) or 0) + int(
+            usage.get("output_tokens", 0) or 0
+        )
         spent["cost_usd"] += cost or 0.0
         run.cost_usd += cost or 0.0
 

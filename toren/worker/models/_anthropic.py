@@ -12,6 +12,11 @@ assistant turn of the next request as the API requires, and a readable `provider
 
 A request with `on_delta` streams (`"stream": true`); `toren.worker.models._anthropic_stream` reads
 the events.
+
+Prompt caching is on unless `settings["prompt_caching"]` is False: the request carries
+`cache_control` breakpoints (`toren.worker.models._anthropic_cache`), and the usage counts the
+tokens read from and written to the cache. Thinking blocks (`thinking` with its `signature`,
+`redacted_thinking`) keep the reply verbatim too: within a tool loop the API wants them back.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from toren.agent._types import CUT_AT_MAX_TOKENS
+from toren.worker.models._anthropic_cache import mark_breakpoints
 from toren.worker.models._anthropic_stream import AnthropicStream
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object
+from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
 from toren.worker.models._hosted import hosted_declaration
 from toren.worker.models._http_model import HTTPModel
 
@@ -40,6 +46,8 @@ FINISH_REASONS = {
 """Anthropic's `stop_reason` → `ModelReply.finish_reason` (others are kept as they are)."""
 MAX_PAUSES = 5
 """Continuations of one reply Anthropic paused mid-turn (`pause_turn`) before it is kept as is."""
+THINKING = frozenset({"thinking", "redacted_thinking"})
+"""Blocks of extended thinking: not part of toren's transcript, but sent back as they came."""
 
 
 class AnthropicModel(HTTPModel):
@@ -103,12 +111,16 @@ class AnthropicModel(HTTPModel):
         if request.system:
             body["system"] = request.system
         for name, value in request.settings.items():
+            if name == "prompt_caching":
+                continue
             # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
             # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
             body["stop_sequences" if name == "stop" else name] = value
         if request.tools:
             body["tools"] = [_tool(tool) for tool in request.tools]
-        return body
+        if request.settings.get("prompt_caching") is False:
+            return body
+        return mark_breakpoints(body)
 
     def parse_reply(self, data: Any, model: str) -> ModelReply:
         """Turn a Messages API response body into a `ModelReply`.
@@ -147,23 +159,45 @@ class AnthropicModel(HTTPModel):
             elif str(kind).endswith("_tool_result") and block.get("tool_use_id") in hosted:
                 result, failed = _hosted_result(block.get("content"))
                 hosted[block["tool_use_id"]].update(result=result, is_error=failed)
-            # Other blocks (thinking) are not part of toren's transcript.
-        usage = data.get("usage") or {}
+            # Other blocks (thinking) are not part of toren's transcript; `_verbatim` keeps them.
         stop_reason = str(data.get("stop_reason") or "")
         return ModelReply(
             content="".join(texts),
             tool_calls=calls,
-            usage={
-                "input_tokens": int(usage.get("input_tokens") or 0),
-                "output_tokens": int(usage.get("output_tokens") or 0),
-            },
+            usage=_usage(data.get("usage") or {}),
             model=str(data.get("model") or model),
             finish_reason=FINISH_REASONS.get(stop_reason, stop_reason),
             provider_calls=list(hosted.values()),
-            # The API wants a server tool's blocks back as they came (citations, encrypted
-            # content); only then is the reply kept whole.
-            provider_content={"anthropic": blocks} if hosted else None,
+            provider_content=_verbatim(blocks, bool(hosted)),
         )
+
+
+def _usage(reported: dict[str, Any]) -> dict[str, int]:
+    """Anthropic's usage in toren's terms: the whole prompt in `input_tokens`.
+
+    Anthropic's own `input_tokens` are only the prompt's uncached part: the parts read from and
+    written to the cache are added to it.
+    """
+    read = int(reported.get("cache_read_input_tokens") or 0)
+    written = int(reported.get("cache_creation_input_tokens") or 0)
+    return usage(
+        int(reported.get("input_tokens") or 0) + read + written,
+        int(reported.get("output_tokens") or 0),
+        cache_read=read,
+        cache_write=written,
+    )
+
+
+def _verbatim(blocks: list[dict[str, Any]], hosted: bool) -> dict[str, Any] | None:
+    """The reply's blocks to keep as they came, or None when toren's transcript says it all.
+
+    The API wants a server tool's blocks back as they came (citations, encrypted content), and
+    thinking blocks unchanged (their signature checks them) within a tool loop; only then is
+    the reply kept whole.
+    """
+    if hosted or any(block.get("type") in THINKING for block in blocks):
+        return {"anthropic": blocks}
+    return None
 
 
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:
@@ -234,14 +268,15 @@ def _joined(first: ModelReply, then: ModelReply) -> ModelReply:
     """A paused reply and its continuation as one reply (the blocks of both, in order)."""
     blocks = [*_blocks_of(first), *_blocks_of(then)]
     hosted = first.provider_calls + then.provider_calls
+    keys = dict.fromkeys([*first.usage, *then.usage])
     return ModelReply(
         content=first.content + then.content,
         tool_calls=first.tool_calls + then.tool_calls,
-        usage={k: first.usage.get(k, 0) + then.usage.get(k, 0) for k in then.usage},
+        usage={k: first.usage.get(k, 0) + then.usage.get(k, 0) for k in keys},
         model=then.model,
         finish_reason=then.finish_reason,
         provider_calls=hosted,
-        provider_content={"anthropic": blocks} if hosted else None,
+        provider_content=_verbatim(blocks, bool(hosted)),
     )
 
 

@@ -6,7 +6,8 @@ usage) and `message_stop`, with `ping`s anywhere. Anthropic may add event types 
 to ignore the ones they do not know, so toren does; an `error` event fails the call. What toren
 cannot ignore safely is a delta of an unknown type on a block it reads (text, a tool call, a
 server tool call): the reply would silently lack part of the answer, so the call fails,
-retryably. Unknown deltas of other blocks (thinking, say) are dropped.
+retryably. Thinking blocks are rebuilt with their signature (the API wants them back unchanged);
+unknown deltas of other blocks are dropped.
 
 The blocks are rebuilt whole (text with its citations, tool calls with their input), so a reply
 with server tools keeps its blocks verbatim exactly as the non-streaming path does.

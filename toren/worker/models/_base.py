@@ -11,7 +11,8 @@ Transcript messages are provider-neutral dicts:
 An assistant message may also hold `provider_calls` (`[{"id", "name", "arguments", "provider",
 "result", "is_error"}]`: calls of tools the provider ran itself, readable by anyone) and
 `provider_content` (`{"anthropic": [blocks]}`: the reply verbatim, which that provider needs back
-in the next request); the workflow runs neither.
+in the next request: its server tools' blocks, its thinking with their signatures); the workflow
+runs neither.
 
 `arguments` is the JSON text the model produced (it may be invalid: the workflow checks it and
 tells the model; a provider sends `{}` back in its place, see `arguments_object`). Providers never
@@ -33,6 +34,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "arguments_object",
+    "usage",
 ]
 
 Message = dict[str, Any]
@@ -54,7 +56,14 @@ class ModelRequest:
     max_tokens: int = 4096
     """Upper bound on tokens in the reply."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`."""
+    """agent.yaml `modelSettings` that are set: `temperature`, `top_p`, `seed`, `stop`, and
+    `prompt_caching` (never sent as it is): `False` turns prompt caching off, `True` sends
+    OpenAI's `prompt_cache_key` to a compatible server too; unset, caching is on wherever the
+    provider is known to take it (Anthropic's breakpoints, OpenAI's own API)."""
+    cache_key: str | None = None
+    """What requests that share a prompt prefix have in common (the run's or thread's id), for
+    providers that route on it (OpenAI's `prompt_cache_key`); `None`: the provider derives one
+    from the model, instructions and tools."""
     on_delta: Callable[[dict[str, Any]], None] | None = field(
         default=None, repr=False, compare=False
     )
@@ -103,6 +112,27 @@ class ModelProvider(Protocol):
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Answer one request; raise `ModelHTTPError` on a failed call, never retry."""
         ...
+
+
+CACHE_KEYS = ("cache_read_tokens", "cache_write_tokens")
+"""Usage keys a reply has only when the provider read or wrote its prompt cache."""
+
+
+def usage(
+    input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0
+) -> dict[str, int]:
+    """A reply's usage, the same for every provider.
+
+    `input_tokens` counts the whole prompt, the part read from or written to the provider's
+    cache included (OpenAI reports it so; Anthropic reports the three parts apart);
+    `cache_read_tokens` and `cache_write_tokens` say how much of it was, and are there only when
+    non-zero (a reply without caching has the two keys it always had).
+    """
+    counted = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    for key, value in zip(CACHE_KEYS, (cache_read, cache_write), strict=True):
+        if value:
+            counted[key] = value
+    return counted
 
 
 def arguments_object(arguments: Any) -> dict[str, Any] | None:

@@ -11,6 +11,9 @@ delta goes to `on_delta` as it arrives, and the reader's events, assembled into 
 non-streaming API would have sent, go through the same `parse_reply`. A stream that ends before
 its end, or holds an event the reader cannot read, raises a retryable `ModelHTTPError`: never a
 half-built reply (Temporal retries the call; a new attempt streams the reply again).
+
+A refusal for length (`toren.worker.models._window`) is a `PromptTooLongError`, never retried;
+the window it states is remembered per model (`window`), for the next prompt to fit.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from typing import Any, ClassVar, Protocol
 
 import httpx
 
+from toren.errors import PromptTooLongError
 from toren.worker._http import HTTPFailure, post_json, post_stream
 from toren.worker._redact import redactor
 from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
 from toren.worker.models._sse import ServerSentEvent, StreamError, events
+from toren.worker.models._window import refusal_detail, refusal_for, window_of
 
 __all__ = ["HTTPModel", "StreamReader"]
 
@@ -94,6 +99,8 @@ class HTTPModel:
             if self.base_url == self.default_base_url
             else f"{self.vendor}-compatible server {self.base_url}"
         )
+        self.learned_windows: dict[str, int] = {}
+        """Windows the server stated when it refused a prompt for length, by model name."""
 
     def __repr__(self) -> str:
         # Where it points, and never the key.
@@ -124,9 +131,10 @@ class HTTPModel:
                 secret=self.api_key,
                 transport=self.transport,
                 timeout=self.timeout,
+                detail=refusal_detail,
             )
         except HTTPFailure as failure:
-            raise _model_error(failure) from None
+            raise self._failed(failure, request.model) from None
         return self._parsed(lambda: self.parse_reply(data, request.model))
 
     async def _streamed(
@@ -144,6 +152,7 @@ class HTTPModel:
                 secret=self.api_key,
                 transport=self.transport,
                 timeout=self.timeout,
+                detail=refusal_detail,
             ) as response:
                 if "json" in response.headers.get("content-type", ""):
                     # A compatible server that does not stream answers as if not asked to.
@@ -167,13 +176,33 @@ class HTTPModel:
                     else:
                         raise StreamError(f"ended the stream before its end (no {self.stream_end})")
         except HTTPFailure as failure:
-            raise _model_error(failure) from None
+            raise self._failed(failure, request.model) from None
         except StreamError as exc:
             # Retryable (status None): a stream cut short or garbled is most often a hiccup. The
             # text can quote the server (an `error` event, a data line): redact the key.
             raise ModelHTTPError(redactor([self.api_key]).text(f"{self.label} {exc}")) from None
         return self._parsed(
             lambda: reader.reply(lambda body: self.parse_reply(body, request.model))
+        )
+
+    def window(self, model: str) -> int | None:
+        """The context window of `model` in tokens: what this server said, else the known table."""
+        return window_of(model, self.learned_windows)
+
+    def _failed(self, failure: HTTPFailure, model: str) -> ModelHTTPError:
+        """`failure` as the provider's error: a refusal for length is a `PromptTooLongError`."""
+        refusal = refusal_for(str(failure)) if failure.status is not None else None
+        if refusal is None:
+            return ModelHTTPError(
+                str(failure),
+                status=failure.status,
+                retry_after=failure.retry_after,
+                retryable=failure.retryable,
+            )
+        if refusal.window:
+            self.learned_windows[model] = refusal.window
+        return PromptTooLongError(
+            str(failure), failure.status, refusal.window, refusal.prompt_tokens
         )
 
     def _parsed(self, build: Callable[[], ModelReply]) -> ModelReply:
@@ -200,15 +229,6 @@ class HTTPModel:
     def stream_reader(self) -> StreamReader:
         """A reader for one streamed reply."""
         raise NotImplementedError
-
-
-def _model_error(failure: HTTPFailure) -> ModelHTTPError:
-    return ModelHTTPError(
-        str(failure),
-        status=failure.status,
-        retry_after=failure.retry_after,
-        retryable=failure.retryable,
-    )
 
 
 async def _json(response: httpx.Response) -> Any:

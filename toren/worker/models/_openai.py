@@ -10,16 +10,23 @@ no events: a named one other than `error` (a compatible server's keep-alive, say
 `error` event, or a data event holding an `error` object, fails the call; a data event that is
 neither a chunk (no `choices` list) nor an error is one toren cannot ignore safely (it may hold
 part of the answer in a shape toren does not know): it fails the call too, retryably.
+
+OpenAI caches a prompt's prefix by itself; a request carries `prompt_cache_key` (the run's or
+thread's, `ModelRequest.cache_key`) so that calls sharing a prefix reach the same cache. It goes
+to OpenAI's own API unless `settings["prompt_caching"]` is False, and to a compatible server
+only when it is True (a strict server refuses a field it does not know). The usage counts the
+prompt tokens read from the cache (`prompt_tokens_details.cached_tokens`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
 
 from toren.worker._http import error_message
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object
+from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
 from toren.worker.models._http_model import HTTPModel
 from toren.worker.models._sse import SNIPPET_CHARS, ServerSentEvent, StreamError, json_data
 
@@ -74,7 +81,7 @@ class OpenAIModel(HTTPModel):
             # former, and OpenAI still accepts it for non-reasoning models.
             "max_tokens": request.max_tokens,
             # toren's settings carry the Chat Completions names: temperature, top_p, seed, stop.
-            **request.settings,
+            **{k: v for k, v in request.settings.items() if k != "prompt_caching"},
         }
         if request.tools:
             body["tools"] = [
@@ -89,6 +96,9 @@ class OpenAIModel(HTTPModel):
                 }
                 for tool in request.tools
             ]
+        caching = request.settings.get("prompt_caching")
+        if caching or (caching is None and self.base_url == self.default_base_url):
+            body["prompt_cache_key"] = request.cache_key or _cache_key(body)
         return body
 
     def parse_reply(self, data: Any, model: str) -> ModelReply:
@@ -119,14 +129,18 @@ class OpenAIModel(HTTPModel):
                     "arguments": _text(function.get("arguments") or ""),
                 }
             )
-        usage = data.get("usage") or {}
+        reported = data.get("usage") or {}
         return ModelReply(
             content=_content(message.get("content")),
             tool_calls=calls,
-            usage={
-                "input_tokens": int(usage.get("prompt_tokens") or 0),
-                "output_tokens": int(usage.get("completion_tokens") or 0),
-            },
+            usage=usage(
+                int(reported.get("prompt_tokens") or 0),
+                int(reported.get("completion_tokens") or 0),
+                # Part of `prompt_tokens` already; OpenAI bills no cache writes.
+                cache_read=int(
+                    (reported.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                ),
+            ),
             model=str(data.get("model") or model),
             finish_reason=str(choices[0].get("finish_reason") or ""),
         )
@@ -222,6 +236,17 @@ class OpenAIStream:
                 "usage": self._usage,
             }
         )
+
+
+def _cache_key(body: dict[str, Any]) -> str:
+    """A key for requests that share their prefix, when the run gave none.
+
+    The model, the instructions and the tools: the same for every run of an agent.
+    """
+    messages = body["messages"]
+    system = messages[0] if messages and messages[0]["role"] == "system" else None
+    prefix = json.dumps([body["model"], system, body.get("tools")], sort_keys=True)
+    return "toren-" + hashlib.sha256(prefix.encode()).hexdigest()[:32]
 
 
 def _error_text(event: ServerSentEvent) -> str:
