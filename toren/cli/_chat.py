@@ -8,23 +8,27 @@ thread outlives the terminal: `toren chat AGENT --thread ID` takes it up again, 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren.agent._types import PendingApproval
+from toren.cli._common import connect
 from toren.client._stream import LiveStream
-from toren.errors import RunError, UndecodablePayloadError, UsageError
+from toren.client._threads import running_thread
+from toren.errors import RunError, UndecodablePayloadError
 
-__all__ = ["chat"]
+__all__ = ["add_parsers", "chat", "cmd_chat"]
 
 HELP = "Type a message; /close ends the thread, /quit (or Ctrl-D) leaves it running."
 POLL_S = 0.3
@@ -32,28 +36,53 @@ STREAM_TAIL_S = 3.0
 """How long the answer's streamed tail may trail the answer (or the offset query take)."""
 
 
-async def chat(
-    client: Client,
-    agent: str,
-    *,
-    thread_id: str | None = None,
-    user_id: str | None = None,
-    read: Callable[[str], str] = input,
-    out: TextIO = sys.stdout,
-) -> int:
-    """Talk with `agent` in a new thread, or in `thread_id`; returns the exit code."""
-    if thread_id and await _running(client, thread_id):
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`chat`."""
+    p = sub.add_parser("chat", help="talk with an agent in a thread (each line a message)")
+    p.add_argument("agent", help="agent folder or agent name")
+    p.add_argument("--thread", help="thread (workflow) id to resume or create")
+    p.add_argument("--user", help="user id of a new thread (default: none)")
+    p.set_defaults(handler=cmd_chat)
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    if Path(args.agent).is_dir():
+        # Loading the folder imports the agent's tools: the one module that may (`_agents`).
+        from toren.cli._agents import load_folder
+
+        agent = load_folder(args.agent).name
+    else:
+        agent = args.agent
+    client = await connect(args)
+    thread_id = await _open(client, agent, args.thread, args.user, sys.stdout)
+    return await chat(client, agent, thread_id, by=args.user or client.identity)
+
+
+async def _open(
+    client: Client, agent: str, thread_id: str | None, user_id: str | None, out: TextIO
+) -> str:
+    """Take up thread `thread_id` if it runs, else start one; returns its id."""
+    if thread_id and await running_thread(client, thread_id):
         history = await toren_client.messages(client, thread_id)
         said = sum(1 for m in history if m.get("role") == "user")
         print(f"resuming thread {thread_id} ({said} messages so far)", file=out)
-    else:
-        handle = await toren_client.start_thread(
-            client, agent, thread_id=thread_id, user_id=user_id
-        )
-        thread_id = handle.id
-        print(f"thread {thread_id}", file=out)
+        return thread_id
+    handle = await toren_client.start_thread(client, agent, thread_id=thread_id, user_id=user_id)
+    print(f"thread {handle.id}", file=out)
+    return handle.id
+
+
+async def chat(
+    client: Client,
+    agent: str,
+    thread_id: str,
+    *,
+    by: str,
+    read: Callable[[str], str] = input,
+    out: TextIO = sys.stdout,
+) -> int:
+    """Talk with `agent` in its running thread `thread_id`, deciding as `by`; the exit code."""
     print(f"{HELP} Resume later: toren chat {agent} --thread {thread_id}", file=out, flush=True)
-    by = user_id or client.identity
     while True:
         try:
             line = (await asyncio.to_thread(read, "you> ")).strip()
@@ -207,16 +236,3 @@ async def _pending(client: Client, thread_id: str) -> list[PendingApproval]:
         return await toren_client.pending(client, thread_id)
     except RPCError:
         return []  # a worker is restarting: ask again on the next round
-
-
-async def _running(client: Client, thread_id: str) -> bool:
-    try:
-        description = await client.get_workflow_handle(thread_id).describe()
-    except RPCError:
-        return False
-    if description.workflow_type != "AgentThread":
-        raise UsageError(f"{thread_id!r} is a {description.workflow_type}, not a thread")
-    if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "closed"
-        raise UsageError(f"thread {thread_id!r} is {status}; start a new one (leave out --thread)")
-    return True

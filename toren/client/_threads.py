@@ -22,7 +22,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -30,7 +35,7 @@ from toren.agent._types import ThreadInput, ThreadResult
 from toren.client._readable import ensure_readable
 from toren.errors import RunError, UndecodablePayloadError, UsageError
 
-__all__ = ["close_thread", "messages", "send_message", "start_thread"]
+__all__ = ["close_thread", "messages", "running_thread", "send_message", "start_thread"]
 
 MAX_CONTINUED = 100
 """How many runs of a thread `send_message` follows while one execution goes on."""
@@ -68,6 +73,24 @@ async def start_thread(
             '"..."}`. Approvals show up under **Current Details**.'
         ),
     )
+
+
+async def running_thread(client: Client, thread_id: str) -> bool:
+    """Whether `thread_id` is a running thread to take up; `False` when the server has none.
+
+    Raises:
+        UsageError: `thread_id` is another kind of workflow, or a thread that has closed.
+    """
+    try:
+        description = await client.get_workflow_handle(thread_id).describe()
+    except RPCError:
+        return False
+    if description.workflow_type != "AgentThread":
+        raise UsageError(f"{thread_id!r} is a {description.workflow_type}, not a thread")
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "closed"
+        raise UsageError(f"thread {thread_id!r} is {status}; start a new one (leave out --thread)")
+    return True
 
 
 async def send_message(
