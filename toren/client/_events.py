@@ -41,8 +41,8 @@ from temporalio.converter import default as default_converter
 from toren.agent._attempts import attempts_before, failure_record
 from toren.agent._sdk_private import transform_inbound_payload
 from toren.errors import CodecServerError
-from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
+from toren.workflows._thread_inbox import THREAD_SIGNALS, message_problem
 
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
 """The signal that carries a batch of live output (`temporalio.contrib.workflow_streams`)."""
