@@ -52,16 +52,12 @@ class ToolEvents(RenderState):
             self._tool_failed(event, tool, {"call_id": call_id}, failure_text(marker.failure))
 
     def _tool_scheduled(self, event: HistoryEvent, tool: str, body: dict[str, Any]) -> None:
+        fields = pick(body, "args", "idempotencyKey=idempotency_key")
+        effects = self.effects.get(tool, "")
         self.emit(
-            event,
-            "ToolCallStarted",
-            callId=body.get("call_id"),
-            tool=tool,
-            args=body.get("args"),
-            idempotencyKey=body.get("idempotency_key"),
-            effects=self.effects.get(tool, ""),
-            step=body.get("step"),
-        )
+            event, "ToolCallStarted", callId=body.get("call_id"), tool=tool, **fields,
+            effects=effects, step=body.get("step"),
+        )  # fmt: skip
 
     def _tool_result(self, event: HistoryEvent, message: dict[str, Any]) -> None:
         """A tool message the workflow wrote itself, found in the next model call's input."""
