@@ -1,43 +1,33 @@
-"""The `AgentRun` workflow: the agent loop, budgets, continue-as-new, signals and queries.
+"""The `AgentRun` workflow: the agent loop, its budgets and continue-as-new.
 
 Model call → zero or more tool calls (one turn's calls run concurrently) → back to the model,
 until a final answer or a budget ends the run. Everything the run carries is one `RunState`
-(`self._run`); continue-as-new passes it whole. The rooms beside this one: `_tool_calls` (one
-call under its contract), `_approvals` (pending calls, decisions, refused signals),
-`_background` (child runs), `_status` (the inbox's search attributes). Everything that can
-differ between executions runs in an activity; this package imports no user code, no HTTP
-client and no model SDK (a test holds it to that).
-
-Over 400 lines on purpose: Temporal needs every signal, update and query handler to be a
-method of the workflow class, so the handlers (a third of the file) stay here; the rest of the
-run's logic lives in the modules named above.
+(`self._run`); continue-as-new passes it whole. The rooms beside this one: `_model_step` (one
+model call), `_tool_calls` (one tool call under its contract), `_approvals` (pending calls,
+decisions, refused signals), `_run_handlers` (the signals, update and queries this class
+inherits), `_background` (child runs), `_status` (the inbox's search attributes). Everything
+that can differ between executions runs in an activity; this package imports no user code, no
+HTTP client and no model SDK (a test holds it to that).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._transcript import TranscriptRef, page_of
+    from toren.agent._transcript import TranscriptRef
     from toren.agent._types import (
         CUT_AT_MAX_TOKENS,
         STREAM_TOPIC,
         AgentSpec,
-        Decision,
-        ModelCallInput,
-        ModelCallResult,
-        ModelRetry,
-        PendingApproval,
         RunInput,
         RunResult,
         RunState,
@@ -47,16 +37,17 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
+    from toren.workflows._model_step import call_model
+    from toren.workflows._race import unless
+    from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
     from toren.workflows._stream_state import LiveStream, carried_stream, stream_state_json
-    from toren.workflows._tool_calls import ToolCalls, flow_id
+    from toren.workflows._tool_calls import ToolCalls
 
 __all__ = ["AgentRun", "toren_bug"]
 
 Message = dict[str, Any]
 
-MODEL_TIMEOUT = timedelta(minutes=5)
-"""Start-to-close of one model attempt (the provider's own HTTP timeout ends it sooner)."""
 MAX_QUEUE_ROUNDS = 10
 """Rounds of tools queued by queued tools before the rest are dropped (a loop guard)."""
 
@@ -76,26 +67,8 @@ def toren_bug(err: Exception, workflow_type: str) -> ApplicationError:
     )
 
 
-def _since_last_reply(messages: list[Message]) -> list[Message]:
-    """The messages after the model's last reply (what the next prompt adds)."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "assistant" and not messages[i].get("queued"):
-            return messages[i + 1 :]
-    return messages
-
-
-def _retry_policy(retry: ModelRetry) -> RetryPolicy:
-    """The model call's retry policy: agent.yaml `modelRetry`, backoff doubling each time."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=retry.initial_interval_s),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=retry.max_interval_s),
-        maximum_attempts=retry.max_attempts,
-    )
-
-
 @workflow.defn(name="AgentRun", failure_exception_types=[InvalidJSONPayloadError])
-class AgentRun:
+class AgentRun(RunHandlers):
     """One run of an agent. Start it by name with `{"agent": ..., "prompt": ...}`."""
 
     # Set up by `run` once the state is known (fresh, or carried from the previous run).
@@ -286,16 +259,10 @@ class AgentRun:
 
     async def _with_wall_clock(self, deadline: datetime) -> RunResult:
         minutes = self._spec.max_wall_clock_min or 0
-        loop = asyncio.ensure_future(self._loop())
         left = max(deadline - workflow.now(), timedelta(milliseconds=1))
-        timer = asyncio.ensure_future(workflow.sleep(left))
-        await workflow.wait([loop, timer], return_when=asyncio.FIRST_COMPLETED)
-        if loop.done():
-            timer.cancel()
-            return loop.result()
-        loop.cancel()
-        with contextlib.suppress(asyncio.CancelledError, CancelledError, ActivityError):
-            await loop
+        result = await unless(self._loop(), workflow.sleep(left))
+        if result is not None:
+            return result
         raise RunError(
             f"run exceeded maxWallClockMin={minutes:g} after {self._run.step} steps",
             kind="BudgetExceeded",
@@ -318,7 +285,7 @@ class AgentRun:
             for notice in run.notices:
                 self._transcript.append(notice, {"message": notice})
             run.notices.clear()
-            reply = await self._call_model()
+            reply = await call_model(spec, run, self._transcript, self._budget, self.publish)
             calls = reply.message.get("tool_calls") or []
             if not calls:
                 return RunResult(
@@ -332,42 +299,6 @@ class AgentRun:
             # The transcript has its message; the rest of it need not stay while a call waits.
             del reply
             await self._run_turn(calls, cut=cut)
-
-    async def _call_model(self) -> ModelCallResult:
-        spec, run, transcript = self._spec, self._run, self._transcript
-        self._budget.check(spec)  # a child run's usage may have crossed it
-        self._budget.before_call(spec, _since_last_reply(run.messages))
-        try:
-            reply: ModelCallResult = await workflow.execute_activity(
-                "toren.call_model",
-                ModelCallInput(
-                    agent=spec.name,
-                    count=transcript.count,
-                    digest=transcript.digest,
-                    since=transcript.since,
-                    tail=transcript.tail,
-                    step=run.step,
-                    model=spec.model,
-                ),
-                result_type=ModelCallResult,
-                start_to_close_timeout=MODEL_TIMEOUT,
-                # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
-                heartbeat_timeout=spec.heartbeat_timeout(MODEL_TIMEOUT),
-                retry_policy=_retry_policy(spec.model_retry),
-                summary=f"model step {run.step} ({spec.model})",
-            )
-        except ActivityError as err:
-            detail = str(err.cause) if err.cause else str(err)
-            raise RunError(
-                f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
-            ) from None
-        for item in reply.live or ():
-            # What the call had not yet streamed when it returned (it saved a signal), without
-            # what the run knows (`toren.worker._live.TAIL_OMITS`).
-            self.publish(str(item.get("type")), {"attempt": reply.attempt, **item})
-        transcript.model_replied(reply.message)
-        self._budget.after_call(spec, reply)
-        return reply
 
     async def _run_turn(self, calls: list[dict[str, Any]], cut: bool = False) -> None:
         """Run one turn's calls concurrently, then what they queued, then apply their changes.
@@ -440,102 +371,3 @@ class AgentRun:
             )
         injected += changes.get("messages") or []
         queued += changes.get("queued") or []
-
-    # -- approvals: signals, update, queries -----------------------------------------------
-
-    @workflow.signal(description=approvals.APPROVE_HELP)
-    def approve(self, *payload: Any) -> None:
-        """Approve a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""
-        self._approvals.on_signal("approve", payload)
-
-    @workflow.signal(description=approvals.DENY_HELP)
-    def deny(self, *payload: Any) -> None:
-        """Deny a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""
-        self._approvals.on_signal("deny", payload)
-
-    @workflow.update(description=approvals.DECIDE_HELP)
-    def decide(self, *request: Any) -> Decision:
-        """Approve or deny a waiting call and get the recorded decision back."""
-        return self._approvals.on_update(request)
-
-    @decide.validator
-    def _validate_decide(self, *request: Any) -> None:
-        # Takes any arguments, so a wrong shape gets toren's answer, not a Python TypeError.
-        self._approvals.validate_update(request)
-
-    @workflow.signal(dynamic=True)
-    def _unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        payload: list[Any] = []
-        for arg in args:
-            try:
-                payload.append(workflow.payload_converter().from_payload(arg.payload))
-            except Exception:  # a signal handler must never fail the workflow task
-                payload.append("<undecodable payload>")
-        self._approvals.on_unknown_signal(name, payload)
-
-    @workflow.query(description="Calls waiting for a decision: call_id, tool, args, since when.")
-    def pending_approvals(self) -> list[PendingApproval]:
-        """The calls waiting for a person."""
-        return self._approvals.pending_list()
-
-    @workflow.query(description="Approval signals refused (malformed, unknown call, decided).")
-    def refused_signals(self) -> list[dict[str, Any]]:
-        """Every refused approval signal, with why."""
-        return list(self._run.refused)
-
-    @workflow.query(
-        description="A page of this run's part of the transcript, from index `start`, and the "
-        "run before it (toren.call_model follows the chain)."
-    )
-    def transcript_segment(self, start: int = 0) -> dict[str, Any]:
-        """`{"prior": {"run_id", "count", "digest"} | None, "total": n, "messages": [...]}`.
-
-        A page stays under `SEGMENT_PAGE_BYTES`, so the answer fits Temporal's payload limit.
-        """
-        return {
-            "prior": self._run.prior,
-            "total": len(self._run.messages),
-            "messages": page_of(self._run.messages, start),
-        }
-
-    @workflow.query(description="The messages this run holds, from index `start`.")
-    def transcript(self, start: int = 0, end: int | None = None) -> list[Message]:
-        """This run's messages (a continued run holds those since it continued)."""
-        return self._run.messages[start:end]
-
-    @workflow.query(description="The run's key-value state (ctx.get_value / ctx.set_value).")
-    def state(self) -> dict[str, Any]:
-        """The run's durable key-value state."""
-        return dict(self._run.state)
-
-    @workflow.query(description="Events tools emitted (ctx.emit), from index `offset`.")
-    def events(self, offset: int = 0) -> list[dict[str, Any]]:
-        """Emitted events from `offset` on, each with its index as `offset`."""
-        return [{"offset": i, **e} for i, e in enumerate(self._run.events) if i >= offset]
-
-    @workflow.query(
-        description="The execution under way (flow_id, step_count, stopped, start), or null "
-        "while a thread rests between messages."
-    )
-    def execution(self) -> dict[str, Any] | None:
-        """The current execution; `None` at rest."""
-        if not self._executing:
-            return None
-        return {
-            "flow_id": flow_id(workflow.info().workflow_id, self._run),
-            "current_side": "a",
-            "step_count": self._run.step,
-            "stopped": False,
-            "start": self._run.execution_start,
-            "context": dict(self._run.context),
-        }
-
-    @workflow.query(description="Step, tool calls and token usage so far.")
-    def progress(self) -> dict[str, Any]:
-        """How far the run is."""
-        return {
-            "step": self._run.step,
-            "tool_calls": self._run.tool_calls,
-            "usage": dict(self._run.usage),
-            "pending": len(self._approvals.pending),
-        }

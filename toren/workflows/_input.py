@@ -147,18 +147,7 @@ def parse_thread_input(raw: Any) -> ThreadInput:
     arguments = raw.get("arguments")
     if arguments is not None and not isinstance(arguments, dict):
         problems.append(f"'arguments' must be a JSON object, got {json_type(arguments)}")
-    carry: ThreadCarry | None = None
-    if raw.get("carry") is not None:
-        if not workflow.info().continued_run_id:
-            problems.append(
-                "'carry' is set by toren when a thread continues as new; a new thread may not "
-                "bring one (remove it)"
-            )
-        else:
-            try:
-                carry = value_to_type(ThreadCarry, raw["carry"], [])
-            except Exception as err:
-                problems.append(f"'carry' is not a thread's state: {err}")
+    carry = _carried(raw, ThreadCarry, "thread", problems)
     if problems:
         raise InvalidRunInput("; ".join(problems), "AgentThread")
     return ThreadInput(agent=str(agent), user_id=user_id, arguments=arguments, carry=carry)
@@ -201,18 +190,7 @@ def parse_run_input(raw: Any) -> RunInput:
     user_id = raw.get("user_id")
     if user_id is not None and (problem := identifier_problem("'user_id'", user_id)):
         problems.append(problem)
-    carry: RunState | None = None
-    if raw.get("carry") is not None:
-        if not workflow.info().continued_run_id:
-            problems.append(
-                "'carry' is set by toren when a run continues as new; a new run may not "
-                "bring one (remove it)"
-            )
-        else:
-            try:
-                carry = value_to_type(RunState, raw["carry"], [])
-            except Exception as err:
-                problems.append(f"'carry' is not a run's state: {err}")
+    carry = _carried(raw, RunState, "run", problems)
     if problems:
         raise InvalidRunInput("; ".join(problems))
     return RunInput(
@@ -224,6 +202,30 @@ def parse_run_input(raw: Any) -> RunInput:
         user_id=user_id,
         carry=carry,
     )
+
+
+C = TypeVar("C", RunState, ThreadCarry)
+
+
+def _carried(raw: dict[str, Any], state: type[C], what: str, problems: list[str]) -> C | None:
+    """The state a `what` ("run" or "thread") carried over continue-as-new, if it may have one.
+
+    Only a run that continued as new takes carried state; a wrong one is added to `problems`.
+    """
+    if raw.get("carry") is None:
+        return None
+    if not workflow.info().continued_run_id:
+        problems.append(
+            f"'carry' is set by toren when a {what} continues as new; a new {what} may not "
+            "bring one (remove it)"
+        )
+        return None
+    try:
+        carried: C = value_to_type(state, raw["carry"], [])
+    except Exception as err:
+        problems.append(f"'carry' is not a {what}'s state: {err}")
+        return None
+    return carried
 
 
 def _message_problems(messages: Any) -> list[str]:

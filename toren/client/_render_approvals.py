@@ -1,0 +1,97 @@
+"""Approvals, rendered from history: asked, decided, or refused.
+
+ApprovalRequested (from the `toren.check_approval` marker that gated a call),
+ApprovalResolved (by signal, by the `decide` update, or by the workflow when an approval
+expired) and SignalRefused for an approval signal the run refused. A refusal's reason comes
+from the workflow's own checks (`toren.workflows._approvals`), so the log says what the run
+said.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.api.history.v1 import HistoryEvent
+
+from toren.client._render_core import RenderState, pick
+from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
+
+__all__ = ["ApprovalEvents"]
+
+
+class ApprovalEvents(RenderState):
+    """Approval requests, decisions and refused approval signals."""
+
+    def _approval_requested(self, event: HistoryEvent, check: Any) -> None:
+        if isinstance(check, dict) and check.get("gated") and not check.get("error"):
+            self.pending.add(check.get("call_id", ""))
+            self.emit(event, "ApprovalRequested", **pick(check, "callId=call_id", "tool", "reason"))
+
+    def _approval_signal(
+        self, event: HistoryEvent, name: str, values: list[Any], identity: str
+    ) -> None:
+        if name not in SIGNALS:
+            self.emit(
+                event,
+                "SignalRefused",
+                signal=name,
+                payload=values,
+                reason=unknown_signal_problem(name),
+            )
+            return
+        body = values[0] if len(values) == 1 else None
+        if len(values) != 1:
+            what = "an empty payload" if not values else f"{len(values)} values"
+            reason: str | None = f"expected one JSON object, got {what}"
+        else:
+            reason = decision_problem(body, self.pending, self.decided)
+        if reason is not None or not isinstance(body, dict):
+            self.emit(event, "SignalRefused", signal=name, payload=values, reason=reason)
+            return
+        self._resolved(
+            event,
+            {
+                "call_id": body["call_id"],
+                "approved": name == "approve",
+                # Who decided: the payload's `by`, else the sender Temporal recorded.
+                "by": body.get("by") or identity or "unknown",
+                "comment": body.get("comment") or "",
+                "via": "signal",
+                "identity": identity,
+            },
+        )
+
+    def _denied_in_workflow(self, event: HistoryEvent, message: dict[str, Any]) -> None:
+        """A pending call's denial the workflow wrote itself (an expired approval, say)."""
+        call_id = message.get("tool_call_id")
+        content = str(message.get("content", ""))
+        if (
+            call_id in self.pending
+            and call_id not in self.decided
+            and content.startswith("denied by ")
+        ):
+            by, _, comment = content[len("denied by ") :].partition(": ")
+            self._resolved(
+                event,
+                {
+                    "call_id": call_id,
+                    "approved": False,
+                    "by": by,
+                    "comment": comment,
+                    "via": "expiry" if by == "toren" else "signal",
+                },
+            )
+
+    def _resolved(self, event: HistoryEvent, decision: dict[str, Any]) -> None:
+        call_id = decision.get("call_id", "")
+        self.decided.add(call_id)
+        self.emit(
+            event,
+            "ApprovalResolved",
+            callId=call_id,
+            approved=bool(decision.get("approved")),
+            by=decision.get("by"),
+            comment=decision.get("comment", ""),
+            via=decision.get("via", ""),
+            identity=decision.get("identity", ""),
+        )

@@ -1,0 +1,100 @@
+"""One model step of a run: the `toren.call_model` activity, its retries and its budgets.
+
+The activity gets a reference to the transcript, not the transcript (`TranscriptRef`): its
+input stays small however long the conversation gets. What the call streamed too late to
+publish comes back in its result and is published here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from toren.agent._transcript import TranscriptRef
+    from toren.agent._types import (
+        AgentSpec,
+        ModelCallInput,
+        ModelCallResult,
+        ModelRetry,
+        RunState,
+    )
+    from toren.errors import RunError
+    from toren.workflows._budget import Budget
+
+__all__ = ["MODEL_TIMEOUT", "call_model"]
+
+Message = dict[str, Any]
+
+MODEL_TIMEOUT = timedelta(minutes=5)
+"""Start-to-close of one model attempt (the provider's own HTTP timeout ends it sooner)."""
+
+
+async def call_model(
+    spec: AgentSpec,
+    run: RunState,
+    transcript: TranscriptRef,
+    budget: Budget,
+    publish: Callable[[str, dict[str, Any]], None],
+) -> ModelCallResult:
+    """Ask the model for the next step's reply, within the run's budgets.
+
+    Raises:
+        RunError: `ModelCallFailed` past the last attempt, or a budget the call would cross.
+    """
+    budget.check(spec)  # a child run's usage may have crossed it
+    budget.before_call(spec, _since_last_reply(run.messages))
+    try:
+        reply: ModelCallResult = await workflow.execute_activity(
+            "toren.call_model",
+            ModelCallInput(
+                agent=spec.name,
+                count=transcript.count,
+                digest=transcript.digest,
+                since=transcript.since,
+                tail=transcript.tail,
+                step=run.step,
+                model=spec.model,
+            ),
+            result_type=ModelCallResult,
+            start_to_close_timeout=MODEL_TIMEOUT,
+            # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
+            heartbeat_timeout=spec.heartbeat_timeout(MODEL_TIMEOUT),
+            retry_policy=_retry_policy(spec.model_retry),
+            summary=f"model step {run.step} ({spec.model})",
+        )
+    except ActivityError as err:
+        detail = str(err.cause) if err.cause else str(err)
+        raise RunError(
+            f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
+        ) from None
+    for item in reply.live or ():
+        # What the call had not yet streamed when it returned (it saved a signal), without
+        # what the run knows (`toren.worker._live.TAIL_OMITS`).
+        publish(str(item.get("type")), {"attempt": reply.attempt, **item})
+    transcript.model_replied(reply.message)
+    budget.after_call(spec, reply)
+    return reply
+
+
+def _since_last_reply(messages: list[Message]) -> list[Message]:
+    """The messages after the model's last reply (what the next prompt adds)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant" and not messages[i].get("queued"):
+            return messages[i + 1 :]
+    return messages
+
+
+def _retry_policy(retry: ModelRetry) -> RetryPolicy:
+    """The model call's retry policy: agent.yaml `modelRetry`, backoff doubling each time."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=retry.initial_interval_s),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=retry.max_interval_s),
+        maximum_attempts=retry.max_attempts,
+    )

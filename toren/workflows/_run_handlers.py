@@ -1,0 +1,130 @@
+"""What a run answers from outside: approval signals and update, and its queries.
+
+Temporal finds a workflow's handlers among its class's members, inherited ones included, so
+`AgentRun` (and `AgentThread` through it) takes them from `RunHandlers`. Their names are part
+of the contract (the Web UI, the CLI and the client send them): never rename one. A handler
+never raises on a bad payload; `_approvals` refuses it and records why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+with workflow.unsafe.imports_passed_through():
+    from toren.agent._transcript import page_of
+    from toren.agent._types import Decision, PendingApproval, RunState
+    from toren.workflows import _approvals as approvals
+    from toren.workflows._tool_calls import flow_id
+
+__all__ = ["RunHandlers"]
+
+Message = dict[str, Any]
+
+
+class RunHandlers:
+    """The signals, update and queries of `AgentRun`, over the state it sets up."""
+
+    _run: RunState
+    _approvals: approvals.Approvals
+    _executing: bool
+
+    @workflow.signal(description=approvals.APPROVE_HELP)
+    def approve(self, *payload: Any) -> None:
+        """Approve a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""
+        self._approvals.on_signal("approve", payload)
+
+    @workflow.signal(description=approvals.DENY_HELP)
+    def deny(self, *payload: Any) -> None:
+        """Deny a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""
+        self._approvals.on_signal("deny", payload)
+
+    @workflow.update(description=approvals.DECIDE_HELP)
+    def decide(self, *request: Any) -> Decision:
+        """Approve or deny a waiting call and get the recorded decision back."""
+        return self._approvals.on_update(request)
+
+    @decide.validator
+    def _validate_decide(self, *request: Any) -> None:
+        # Takes any arguments, so a wrong shape gets toren's answer, not a Python TypeError.
+        self._approvals.validate_update(request)
+
+    @workflow.signal(dynamic=True)
+    def _unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        payload: list[Any] = []
+        for arg in args:
+            try:
+                payload.append(workflow.payload_converter().from_payload(arg.payload))
+            except Exception:  # a signal handler must never fail the workflow task
+                payload.append("<undecodable payload>")
+        self._approvals.on_unknown_signal(name, payload)
+
+    @workflow.query(description="Calls waiting for a decision: call_id, tool, args, since when.")
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The calls waiting for a person."""
+        return self._approvals.pending_list()
+
+    @workflow.query(description="Approval signals refused (malformed, unknown call, decided).")
+    def refused_signals(self) -> list[dict[str, Any]]:
+        """Every refused approval signal, with why."""
+        return list(self._run.refused)
+
+    @workflow.query(
+        description="A page of this run's part of the transcript, from index `start`, and the "
+        "run before it (toren.call_model follows the chain)."
+    )
+    def transcript_segment(self, start: int = 0) -> dict[str, Any]:
+        """`{"prior": {"run_id", "count", "digest"} | None, "total": n, "messages": [...]}`.
+
+        A page stays under `SEGMENT_PAGE_BYTES`, so the answer fits Temporal's payload limit.
+        """
+        return {
+            "prior": self._run.prior,
+            "total": len(self._run.messages),
+            "messages": page_of(self._run.messages, start),
+        }
+
+    @workflow.query(description="The messages this run holds, from index `start`.")
+    def transcript(self, start: int = 0, end: int | None = None) -> list[Message]:
+        """This run's messages (a continued run holds those since it continued)."""
+        return self._run.messages[start:end]
+
+    @workflow.query(description="The run's key-value state (ctx.get_value / ctx.set_value).")
+    def state(self) -> dict[str, Any]:
+        """The run's durable key-value state."""
+        return dict(self._run.state)
+
+    @workflow.query(description="Events tools emitted (ctx.emit), from index `offset`.")
+    def events(self, offset: int = 0) -> list[dict[str, Any]]:
+        """Emitted events from `offset` on, each with its index as `offset`."""
+        return [{"offset": i, **e} for i, e in enumerate(self._run.events) if i >= offset]
+
+    @workflow.query(
+        description="The execution under way (flow_id, step_count, stopped, start), or null "
+        "while a thread rests between messages."
+    )
+    def execution(self) -> dict[str, Any] | None:
+        """The current execution; `None` at rest."""
+        if not self._executing:
+            return None
+        return {
+            "flow_id": flow_id(workflow.info().workflow_id, self._run),
+            "current_side": "a",
+            "step_count": self._run.step,
+            "stopped": False,
+            "start": self._run.execution_start,
+            "context": dict(self._run.context),
+        }
+
+    @workflow.query(description="Step, tool calls and token usage so far.")
+    def progress(self) -> dict[str, Any]:
+        """How far the run is."""
+        return {
+            "step": self._run.step,
+            "tool_calls": self._run.tool_calls,
+            "usage": dict(self._run.usage),
+            "pending": len(self._approvals.pending),
+        }
