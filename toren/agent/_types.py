@@ -108,22 +108,34 @@ class RunResult:
 
 @dataclass
 class ToolSpec:
-    """A tool's contract as recorded in history once per run."""
+    """A tool's contract: recorded in history once per run, listed by `toren.list_tools`.
+
+    Built from a `Tool` by `Tool.spec`, the one place it is written.
+    """
 
     name: str
+    """The name the model sees."""
     description: str
+    """What the tool does, for the model."""
     schema: dict[str, Any]
+    """The JSON Schema of its arguments (the workflow validates a call's arguments with it)."""
     effects: str
+    """`none`, `sandbox` or `external`."""
     idempotency: str
+    """`keyed` or `none`."""
     approval: str
     """`never`, `always` or `predicate` (the predicate itself runs on the worker)."""
     timeout_ms: int | None = None
+    """As declared; `None`: toren's default applies."""
     max_attempts: int | None = None
+    """As declared; `None`: the agent's `limits.maxAttemptsPerTask` or toren's default."""
     approval_timeout_s: float | None = None
+    """As declared; `None`: the agent's `limits.approvalTimeoutMin`, or no limit."""
     native: str | None = None
     """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
     execution_mode: str = "local"
-    """`provider`: the model's provider runs the tool inside the model call; never an activity."""
+    """`local` (an activity on a toren worker) or `provider` (the model's provider runs the tool
+    inside the model call; never an activity)."""
     execution_provider: str | None = None
     """Who runs a `provider` tool (`anthropic`)."""
     progress_argument: str | None = None

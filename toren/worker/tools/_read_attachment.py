@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.agent._tool import Tool, ToolContext, Variable, define_tool
+from toren.agent._context import ToolContext, Variable
+from toren.agent._define import define_tool
+from toren.agent._tool import Tool
 from toren.store._attachments import ENV_VAR, AttachmentError, open_store
 
 if TYPE_CHECKING:

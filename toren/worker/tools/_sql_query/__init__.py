@@ -41,7 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.agent._tool import Tool, ToolContext, Variable, define_tool
+from toren.agent._context import ToolContext, Variable
+from toren.agent._define import define_tool
+from toren.agent._tool import Tool
 from toren.errors import SqlQueryError
 from toren.worker.tools._sql_query._postgres import run_postgres
 from toren.worker.tools._sql_query._rows import RESULT_BYTES
