@@ -42,7 +42,7 @@ from toren.agent._config_blocks import (
 )
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren.agent._problems import also_report, describe, problems_at
-from toren.agent._types import (
+from toren.agent._spec import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     MAX_HEARTBEAT_TIMEOUT_S,
     MIN_HEARTBEAT_TIMEOUT_S,

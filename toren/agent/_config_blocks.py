@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from toren.agent._problems import also_report, problems_at
-from toren.agent._types import ModelRetry
+from toren.agent._spec import ModelRetry
 
 __all__ = [
     "ENV_NAME",

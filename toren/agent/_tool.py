@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toren.agent._context import ToolContext, ToolResult, Variable
-from toren.agent._types import ToolSpec
+from toren.agent._spec import ToolSpec
 from toren.errors import ToolError
 
 __all__ = [

@@ -47,7 +47,7 @@ from temporalio.service import RPCError
 from toren import client as toren_client
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._mcp_config import McpServerConfig
-from toren.agent._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
+from toren.agent._spec import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.cli._live_print import LivePrinter
 from toren.cli._watch import pasteable, toren_command, watch
 from toren.client._events import EventStream, format_event

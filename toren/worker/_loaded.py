@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from toren.agent._types import AgentSpec
+from toren.agent._spec import AgentSpec
 from toren.worker._agent import Agent
 from toren.worker._redact import Redactor, redactor
 from toren.worker.models import ModelProvider

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toren.agent._types import ToolSpec
+from toren.agent._spec import ToolSpec
 from toren.errors import ConfigError
 from toren.worker._agent import Agent, load_agent
 from toren.worker.models._hosted import hosted_tool_problems

@@ -28,15 +28,14 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from toren.agent._spec import AgentSpec, ModelRetry
     from toren.agent._transcript import TranscriptRef, page_of
     from toren.agent._types import (
         CUT_AT_MAX_TOKENS,
         STREAM_TOPIC,
-        AgentSpec,
         Decision,
         ModelCallInput,
         ModelCallResult,
-        ModelRetry,
         PendingApproval,
         RunInput,
         RunResult,

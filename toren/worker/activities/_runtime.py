@@ -23,10 +23,10 @@ from temporalio.exceptions import ApplicationError
 
 from toren.agent._attempts import carried, usage_of, with_failure, with_usage
 from toren.agent._payload_limits import cut_message, shown_to_model
+from toren.agent._spec import AgentSpec
 from toren.agent._tool import Tool
 from toren.agent._transcript import TranscriptCache, tool_message
 from toren.agent._types import (
-    AgentSpec,
     ApprovalCheck,
     ApprovalQuestion,
     ModelCallInput,
