@@ -7,9 +7,11 @@ config, problems, failed = read_config(Path("support/agent.yaml"))
 # be checked in the same pass
 ```
 
-Every key of the file is checked here, `limits:`, `env:`, `sandbox:` and `processes:`
-included; the loader (`toren.worker._agent`) checks what lies beyond the file: the instructions
-file, `tools/`, built-ins and child agent folders.
+Every key of the file is checked here: the agent's own keys, the `sandbox:` block and the
+checks that compare blocks (`sandbox.env` and `mcp_servers` against `env:`); the smaller blocks
+(`limits:`, `env:`, `processes:`, ...) are in `toren.agent._config_blocks`. The loader
+(`toren.worker._agent`) checks what lies beyond the file: the instructions file, `tools/`,
+built-ins and child agent folders.
 """
 
 from __future__ import annotations
