@@ -42,6 +42,7 @@ __all__ = [
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """A variable name, as agent.yaml's `env`, `sandbox.env` and `mcp_servers` take it."""
+_NOT_ENV_NAME = "is not a valid variable name"
 
 Names = TypeVar("Names", list[str], dict[str, str])
 
@@ -57,13 +58,13 @@ def matching(pattern: re.Pattern[str], problem: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-EnvName = Annotated[str, matching(ENV_NAME, "is not a valid variable name")]
+EnvName = Annotated[str, matching(ENV_NAME, _NOT_ENV_NAME)]
 """A field that holds one variable name."""
 
 
 def env_name_problem(name: str) -> str | None:
     """Why `name` is no variable name, or `None`."""
-    return None if ENV_NAME.match(name) else f"{name!r} is not a valid variable name"
+    return None if ENV_NAME.match(name) else f"{name!r} {_NOT_ENV_NAME}"
 
 
 def checked_env_names(names: Names) -> Names:
