@@ -42,8 +42,8 @@ RUNS_AGENT_CODE = {"toren.cli._agents"}
 one place the CLI reaches into the worker's side, imported only when one of them runs."""
 
 WORKFLOW_MAY_IMPORT = {
-    "toren.errors", "toren.agent._types", "toren.agent._transcript", "toren.agent._schema",
-    "toren.agent._converter", "toren.agent._sdk_private",
+    "toren.errors", "toren.agent._types", "toren.agent._spec", "toren.agent._transcript",
+    "toren.agent._schema", "toren.agent._converter", "toren.agent._sdk_private",
 }  # fmt: skip
 """Beyond `toren.workflows` itself: the contract types and errors, their JSON form, the
 transcript digest, the pure JSON Schema check the workflow runs on a model's arguments, and the

@@ -13,7 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from toren.agent._config import AgentConfig
-from toren.agent._tool import Tool, ToolContext
+from toren.agent._context import ToolContext
+from toren.agent._tool import Tool
 from toren.store import _attachments as attachments
 from toren.store._attachments import MAX_BYTES, AttachmentError, AttachmentStore, attach
 from toren.store._parsers import PAGE_CHARS, split_pages

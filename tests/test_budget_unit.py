@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from toren.agent._types import AgentSpec, ModelCallResult, RunState
+from toren.agent._spec import AgentSpec
+from toren.agent._types import ModelCallResult, RunState
 from toren.errors import RunError
 from toren.workflows._budget import CHARS_PER_TOKEN, Budget, fresh_spending
 

@@ -27,7 +27,8 @@ import pytest
 from pydantic import ValidationError
 
 from toren.agent._config import AgentConfig
-from toren.agent._tool import Tool, ToolContext
+from toren.agent._context import ToolContext
+from toren.agent._tool import Tool
 from toren.testing import free_port
 from toren.worker.tools import _sql_query as sql_query
 from toren.worker.tools._sql_query import RESULT_BYTES, SqlQueryError

@@ -16,7 +16,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from toren.agent._config import AgentConfig
-from toren.agent._tool import Tool, ToolContext
+from toren.agent._context import ToolContext
+from toren.agent._tool import Tool
 from toren.agent._types import ToolCallInput
 from toren.worker._agent import Agent
 from toren.worker._loaded import LoadedAgent

@@ -14,14 +14,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from toren.agent import _converter
-from toren.agent._types import (
-    AgentSpec,
-    ModelCallResult,
-    RunInput,
-    RunState,
-    ToolCallInput,
-    ToolCallResult,
-)
+from toren.agent._spec import AgentSpec
+from toren.agent._types import ModelCallResult, RunInput, RunState, ToolCallInput, ToolCallResult
 from toren.connect._plugin import PASSTHROUGH, workflow_runner
 from toren.store._payloads import data_converter
 

@@ -27,8 +27,9 @@ from toren import errors as _errors
 if TYPE_CHECKING:
     from toren.agent._code_run import CodeRun
     from toren.agent._config import AgentConfig
-    from toren.agent._context import Attachment, ExecutionState, ToolResult, Variable
-    from toren.agent._tool import Tool, ToolContext, define_tool
+    from toren.agent._context import Attachment, ExecutionState, ToolContext, ToolResult, Variable
+    from toren.agent._define import define_tool
+    from toren.agent._tool import Tool
     from toren.agent._types import Decision, PendingApproval, RunInput, RunResult, ThreadResult
     from toren.connect._plugin import TorenPlugin
     from toren.errors import (
@@ -116,8 +117,8 @@ _WHERE = {
     "Variable": "toren.agent._context",
     "TorenPlugin": "toren.connect._plugin",
     "Tool": "toren.agent._tool",
-    "ToolContext": "toren.agent._tool",
-    "define_tool": "toren.agent._tool",
+    "ToolContext": "toren.agent._context",
+    "define_tool": "toren.agent._define",
     "ToolInfo": "toren.worker._tool_list",
     "list_tools": "toren.worker._tool_list",
     "Decision": "toren.agent._types",

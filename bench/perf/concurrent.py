@@ -107,7 +107,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from bench.perf.floor import PerfFloor, PerfFloorParked
 from bench.perf.run import TOOL_SOURCE, TOOLS, WorkerProcess, cpu_seconds, write_agent
-from toren.agent._types import DEFAULT_HEARTBEAT_TIMEOUT_S
+from toren.agent._spec import DEFAULT_HEARTBEAT_TIMEOUT_S
 from toren.testing import DevServer, temporal_cli
 
 __all__ = ["main"]

@@ -7,38 +7,47 @@ config, problems, failed = read_config(Path("support/agent.yaml"))
 # be checked in the same pass
 ```
 
-Every key of the file is checked here, `limits:`, `env:`, `sandbox:` and `processes:`
-included; the loader (`toren.worker._agent`) checks what lies beyond the file: the instructions
-file, `tools/`, built-ins and child agent folders.
+Every key of the file is checked here: the agent's own keys, the `sandbox:` block and the
+checks that compare blocks (`sandbox.env` and `mcp_servers` against `env:`); the smaller blocks
+(`limits:`, `env:`, `processes:`, ...) are in `toren.agent._config_blocks`. The loader
+(`toren.worker._agent`) checks what lies beyond the file: the instructions file, `tools/`,
+built-ins and child agent folders.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     StrictBool,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
-    model_validator,
 )
 
+from toren.agent._config_blocks import (
+    EnvConfig,
+    Limits,
+    ModelRetryConfig,
+    ModelSettings,
+    ProcessConfig,
+    StreamConfig,
+    Strict,
+    env_name_problem,
+    matching,
+)
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren.agent._problems import also_report, describe, problems_at
-from toren.agent._types import (
+from toren.agent._spec import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     MAX_HEARTBEAT_TIMEOUT_S,
     MIN_HEARTBEAT_TIMEOUT_S,
-    ModelRetry,
 )
 
 __all__ = [
@@ -46,14 +55,8 @@ __all__ = [
     "SANDBOX_RESERVED_ENV",
     "AgentConfig",
     "ConfigRead",
-    "EnvConfig",
-    "Limits",
-    "ModelRetryConfig",
-    "ModelSettings",
-    "ProcessConfig",
     "SandboxConfig",
     "SandboxLimits",
-    "StreamConfig",
     "read_config",
 ]
 
@@ -67,9 +70,6 @@ PROVIDER_KEYS: dict[str, str | None] = {
 SANDBOX_RESERVED_ENV = ("HOME", "LANG", "PATH", "TOREN_IDEMPOTENCY_KEY")
 """Names the sandbox sets itself; `sandbox.env` may not pass them in."""
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
 _PARTIAL = "partial"
 """Validation context key: the config is rebuilt from the keys that validated, so checks that
 compare keys (already reported on the whole file) are off."""
@@ -78,123 +78,7 @@ _STAND_INS = {"name": "agent", "model": "mock/echo"}
 """What a rebuilt config holds for a required key that failed; never reported or run."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-class Prices(_Strict):
-    """USD per million tokens, for models the price table does not know (or to override it)."""
-
-    input_per_mtok: float = Field(alias="inputPerMTok", ge=0)
-    output_per_mtok: float = Field(alias="outputPerMTok", ge=0)
-
-
-class Limits(_Strict):
-    """Run-level budgets."""
-
-    max_steps_per_task: int = Field(50, alias="maxStepsPerTask", ge=1)
-    """Model turns before the run fails with a budget error."""
-    max_attempts_per_task: int | None = Field(None, alias="maxAttemptsPerTask", ge=1)
-    """Default `max_attempts` for tools that declare none; `None`: at-least-once."""
-    max_wall_clock_min: float | None = Field(None, alias="maxWallClockMin", gt=0)
-    """Minutes before a workflow timer ends the run with a budget error; `None`: no limit."""
-    approval_timeout_min: float | None = Field(None, alias="approvalTimeoutMin", gt=0)
-    """Default minutes a gated call waits before it is denied; `None`: wait forever."""
-    max_tokens: int | None = Field(None, alias="maxTokens", ge=1)
-    """Input + output tokens a run (a thread: each message's execution) may use, counting
-    every model attempt that reported usage and every child run; then it fails."""
-    max_cost_usd: float | None = Field(None, alias="maxCostUSD", gt=0)
-    """US dollars a run (a thread: each execution) may spend on its model calls."""
-    prices: Prices | None = None
-    """The model's price per million tokens; default: the `genai-prices` table."""
-    thread_idle_timeout_min: float | None = Field(None, alias="threadIdleTimeoutMin", gt=0)
-    """Minutes a thread (`AgentThread`) may rest with no message before it closes itself;
-    `None`: it rests until `close`."""
-    continue_as_new_after_events: int | None = Field(None, alias="continueAsNewAfterEvents", ge=100)
-    """Continue as new past this many history events (always when Temporal suggests it)."""
-    continue_as_new_after_mb: float | None = Field(None, alias="continueAsNewAfterMB", gt=0)
-    """Continue as new past this much history, in MB (always when Temporal suggests it)."""
-    max_result_bytes_shown: int = Field(
-        256 * 1024, alias="maxResultBytesShown", ge=1024, le=32 * 1024 * 1024
-    )
-    """Longest tool result (UTF-8 bytes) the model is shown in each prompt: a longer one is
-    cut to its head and tail with a note. History (or the store) keeps the result whole."""
-
-
-class ModelSettings(_Strict):
-    """Sampling settings sent with every model request; only the ones set are sent.
-
-    Make tool use repeatable with `temperature: 0` (and a `seed` where the server takes one).
-    """
-
-    temperature: float | None = Field(None, ge=0, le=2)
-    """0 takes the likeliest token every time; higher samples more freely (Anthropic: 0-1)."""
-    top_p: float | None = Field(None, alias="topP", gt=0, le=1)
-    """Sample only from the tokens that make up this much of the probability."""
-    seed: int | None = None
-    """A fixed sampling seed (OpenAI and compatible servers; Anthropic's API has none)."""
-    stop: list[str] | None = Field(None, min_length=1, max_length=4)
-    """Up to 4 strings that end the reply where the model writes them (one string is fine)."""
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _one_string(cls, stop: Any) -> Any:
-        return [stop] if isinstance(stop, str) else stop
-
-
-class ModelRetryConfig(_Strict):
-    """How Temporal retries a failed model call.
-
-    Retried: a 429, a 5xx, a timeout, a reply toren cannot read. Any other 4xx fails the run at
-    once; a 429's Retry-After sets its own wait.
-    """
-
-    max_attempts: int = Field(ModelRetry.max_attempts, alias="maxAttempts", ge=1)
-    """Attempts per model call, the first one included; then the run fails."""
-    initial_interval_s: float = Field(ModelRetry.initial_interval_s, alias="initialIntervalS", gt=0)
-    """Seconds before the first retry; each wait doubles."""
-    max_interval_s: float = Field(ModelRetry.max_interval_s, alias="maxIntervalS", gt=0)
-    """The longest wait between two attempts, in seconds."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _ordered(cls, data: Any, handler: ModelWrapValidatorHandler[ModelRetryConfig]) -> Any:
-        # Temporal refuses such a policy when the workflow schedules the call: the run would
-        # be stuck, not failed, so it is refused here (with the block's other mistakes).
-        problems = []
-        if isinstance(data, dict):
-            default = ModelRetry()
-            first = data.get("initialIntervalS", data.get("initial_interval_s"))
-            first = default.initial_interval_s if first is None else first
-            longest = data.get("maxIntervalS", data.get("max_interval_s"))
-            longest = default.max_interval_s if longest is None else longest
-            if _number(first) and _number(longest) and longest < first:
-                problems.append(f"maxIntervalS ({longest:g}) is below initialIntervalS ({first:g})")
-        return also_report(lambda: handler(data), None, problems, data)
-
-    def policy(self) -> ModelRetry:
-        """The policy as the run records it."""
-        return ModelRetry(self.max_attempts, self.initial_interval_s, self.max_interval_s)
-
-
-class EnvConfig(_Strict):
-    """The env a handler may read through `ctx.env`."""
-
-    required: list[str] = Field(default_factory=list)
-    """Names that must be set in the worker's environment."""
-    optional: dict[str, str] = Field(default_factory=dict)
-    """Names that may be set, with the default used when they are not."""
-
-    @field_validator("required", "optional")
-    @classmethod
-    def _variable_names(cls, names: list[str] | dict[str, str]) -> Any:
-        bad = [f"{n!r} is not a valid variable name" for n in names if not _ENV_NAME.match(n)]
-        if bad:
-            raise problems_at(None, bad, names)
-        return names
-
-
-class SandboxLimits(_Strict):
+class SandboxLimits(Strict):
     """The `sandbox.limits` block: what one bash call (or `ctx.run_code`) may use.
 
     Enforced with rlimits set inside the sandbox before the command starts (see
@@ -213,7 +97,7 @@ class SandboxLimits(_Strict):
     """MB the run's workspace may grow to; checked during and after each call."""
 
 
-class SandboxConfig(_Strict):
+class SandboxConfig(Strict):
     """The `sandbox:` block: `true` means all defaults, `false` (the default) no sandbox.
 
     Its `env` names are checked against the agent's `env` by `AgentConfig`.
@@ -239,41 +123,10 @@ class SandboxConfig(_Strict):
         return names
 
 
-class ProcessConfig(_Strict):
-    """One entry of `processes:`: another agent folder, or any Temporal workflow by type."""
-
-    agent: str | None = None
-    """The agent folder, relative to agent.yaml; runs as its own `AgentRun`."""
-    workflow: str | None = None
-    """A workflow type name, for processes that are not toren agents."""
-    task_queue: str | None = None
-    """Where it runs; default the child agent's queue, or this agent's for a workflow."""
-    description: str = ""
-    """What it does, for the model; default the child agent's description."""
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _one_target(cls, data: Any, handler: ModelWrapValidatorHandler[ProcessConfig]) -> Any:
-        # Read off the keys given, so a block with other mistakes hears this in the same pass.
-        problems = []
-        if isinstance(data, dict) and (data.get("agent") is None) == (data.get("workflow") is None):
-            problems.append("give exactly one of agent: or workflow:")
-        return also_report(lambda: handler(data), None, problems, data)
-
-
-class StreamConfig(_Strict):
-    """Live output of runs (`toren.worker._live`): `stream: false` turns publishing off."""
-
-    enabled: bool = True
-    """Whether model and tool activities publish to the run's stream."""
-    batch_ms: int = Field(200, alias="batchMs", ge=10, le=10_000)
-    """Milliseconds of deltas gathered into one publish (each is a signal in history)."""
-
-
-class AgentConfig(_Strict):
+class AgentConfig(Strict):
     """The contents of agent.yaml."""
 
-    name: str
+    name: Annotated[str, matching(re.compile(r"^[a-z][a-z0-9_]*$"), "must match [a-z][a-z0-9_]*")]
     """The agent's name, `[a-z][a-z0-9_]*`; prefixes its tool activity types."""
     model: str
     """`openai/<model>`, `anthropic/<model>` or `mock/<name>`."""
@@ -344,13 +197,6 @@ class AgentConfig(_Strict):
             )
         return seconds
 
-    @field_validator("name")
-    @classmethod
-    def _snake_case(cls, name: str) -> str:
-        if not _NAME.match(name):
-            raise ValueError(f"{name!r} must match [a-z][a-z0-9_]*")
-        return name
-
     @field_validator("model")
     @classmethod
     def _known_provider(cls, model: str) -> str:
@@ -392,15 +238,8 @@ class AgentConfig(_Strict):
         names = value.get("env")
         problems = []
         if env is not None and isinstance(names, list):
-            problems = [
-                f"{n!r} is not declared in agent.yaml `env`; add it under env.required or "
-                "env.optional"
-                for n in names
-                if isinstance(n, str)
-                and not _sandbox_env_problem(n)
-                and n not in env.required
-                and n not in env.optional
-            ]
+            passable = (n for n in names if isinstance(n, str) and not _sandbox_env_problem(n))
+            problems = _undeclared(env, passable)
         return also_report(lambda: handler(value), "env", problems, names)
 
     @field_validator("processes")
@@ -430,12 +269,7 @@ class AgentConfig(_Strict):
                 problems.append(problem)
             if env is None:
                 continue
-            problems += [
-                f"{name}: {n!r} is not declared in agent.yaml `env`; add it under env.required "
-                "or env.optional"
-                for n in env_names(server)
-                if n not in env.required and n not in env.optional
-            ]
+            problems += [f"{name}: {p}" for p in _undeclared(env, env_names(server))]
         return also_report(lambda: handler(value), None, problems, value)
 
 
@@ -483,16 +317,22 @@ def _stand_in() -> AgentConfig:
 
 
 def _sandbox_env_problem(name: str) -> str | None:
-    if not _ENV_NAME.match(name):
-        return f"{name!r} is not a valid variable name"
+    problem = env_name_problem(name)
+    if problem:
+        return problem
     if name in SANDBOX_RESERVED_ENV:
         return f"{name!r} is set by the sandbox itself; remove it"
     return None
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _partial(info: ValidationInfo) -> bool:
     return bool(info.context and info.context.get(_PARTIAL))
+
+
+def _undeclared(env: EnvConfig, names: Iterable[str]) -> list[str]:
+    """A problem for each of `names` that agent.yaml's `env` does not declare."""
+    return [
+        f"{n!r} is not declared in agent.yaml `env`; add it under env.required or env.optional"
+        for n in names
+        if n not in env.required and n not in env.optional
+    ]

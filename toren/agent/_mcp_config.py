@@ -27,9 +27,10 @@ A header's value always comes from declared env: agent.yaml is committed, a toke
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -39,13 +40,13 @@ from pydantic import (
     model_validator,
 )
 
-from toren.agent._problems import also_report, problems_at
+from toren.agent._config_blocks import ENV_NAME, EnvName, checked_env_names
+from toren.agent._problems import also_report
 
 __all__ = ["McpContract", "McpHeader", "McpServerConfig", "env_names", "server_name_problem"]
 
 _SERVER = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 """Snake case without `__`, which separates the server from the tool in `<server>__<tool>`."""
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
@@ -74,17 +75,10 @@ class McpHeader(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    env: str
+    env: EnvName
     """A name declared under agent.yaml `env:`; its value is read on the worker."""
     prefix: str = ""
     """Text before the value, e.g. `"Bearer "`."""
-
-    @field_validator("env")
-    @classmethod
-    def _variable_name(cls, name: str) -> str:
-        if not _ENV_NAME.match(name):
-            raise ValueError(f"{name!r} is not a valid variable name")
-        return name
 
 
 class McpServerConfig(McpContract):
@@ -94,7 +88,7 @@ class McpServerConfig(McpContract):
     """The program and its arguments; the worker runs it and talks to it over stdin/stdout."""
     cwd: str | None = None
     """Where `command` runs, relative to the agent folder; default the agent folder."""
-    env: list[str] = Field(default_factory=list)
+    env: Annotated[list[str], AfterValidator(checked_env_names)] = Field(default_factory=list)
     """Declared env names whose values the stdio server gets (beside PATH, HOME and the like)."""
     url: str | None = None
     """The endpoint of a streamable HTTP server (`http://` or `https://`)."""
@@ -132,14 +126,6 @@ class McpServerConfig(McpContract):
         # The well-formed ones are validated too, so their own mistakes come out in this pass.
         also_report(lambda: handler(checked), None, problems, headers)
         return handler(headers)
-
-    @field_validator("env")
-    @classmethod
-    def _variable_names(cls, names: list[str]) -> list[str]:
-        bad = [f"{n!r} is not a valid variable name" for n in names if not _ENV_NAME.match(n)]
-        if bad:
-            raise problems_at(None, bad, names)
-        return names
 
     @model_validator(mode="wrap")
     @classmethod
@@ -196,4 +182,4 @@ def env_names(server: Any) -> list[str]:
     names = list(env) if isinstance(env, list) else []
     if isinstance(headers, dict):
         names += [h.get("env") for h in headers.values() if isinstance(h, dict)]
-    return [n for n in names if isinstance(n, str) and _ENV_NAME.match(n)]
+    return [n for n in names if isinstance(n, str) and ENV_NAME.match(n)]

@@ -1,32 +1,27 @@
 """The data that crosses the workflow boundary: run input and result, activity inputs and results.
 
-Plain dataclasses of JSON types, so a run can be started from any SDK or the `temporal` CLI with
-a plain JSON object, and so a history stays readable in the Web UI.
+Also what a run carries (`RunState`), approvals and threads; the agent's spec, recorded once per
+run, is in `toren.agent._spec`. Plain dataclasses of JSON types, so a run can be started from
+any SDK or the `temporal` CLI with a plain JSON object, and so a history stays readable in the
+Web UI.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
-from toren.agent._converter import decoded_once, omit_defaults
+from toren.agent._converter import omit_defaults
+from toren.agent._spec import AgentSpec
 
 __all__ = [
     "CUT_AT_MAX_TOKENS",
-    "DEFAULT_HEARTBEAT_TIMEOUT_S",
-    "DEFAULT_TOOL_ATTEMPTS",
-    "DEFAULT_TOOL_TIMEOUT_MS",
-    "MAX_HEARTBEAT_TIMEOUT_S",
-    "MIN_HEARTBEAT_TIMEOUT_S",
     "STREAM_TOPIC",
-    "AgentSpec",
     "ApprovalCheck",
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
-    "ModelRetry",
     "PendingApproval",
     "RunInput",
     "RunResult",
@@ -37,23 +32,7 @@ __all__ = [
     "ThreadResult",
     "ToolCallInput",
     "ToolCallResult",
-    "ToolSpec",
 ]
-
-DEFAULT_TOOL_TIMEOUT_MS = 120_000
-"""`timeout_ms` of a tool that declares none: two minutes suits an interactive agent."""
-DEFAULT_HEARTBEAT_TIMEOUT_S = 10.0
-"""agent.yaml `heartbeatTimeoutS` unset: a dead worker's model or tool call is retried in
-seconds. Each such call costs the server a timer task (it fires whether or not the call has
-ended; `bench.perf.concurrent` measures it)."""
-MIN_HEARTBEAT_TIMEOUT_S = 10.0
-"""The shortest `heartbeatTimeoutS` other than 0. Calls beat every 2 s (`HEARTBEAT_EVERY`), and
-Temporal's SDK sends at most one beat per 0.8 of the timeout, which leaves a fifth of it (2 s
-here) for a beat to arrive from a busy worker before the server takes the call for dead."""
-MAX_HEARTBEAT_TIMEOUT_S = 86_400.0
-"""The longest `heartbeatTimeoutS`: a day (beyond any call's own timeout worth having)."""
-DEFAULT_TOOL_ATTEMPTS = 3
-"""`max_attempts` of a tool that declares none (and no `limits.maxAttemptsPerTask`)."""
 
 Message = dict[str, Any]
 """One transcript message: `{"role": "user"|"assistant"|"tool", "content": ..., ...}`."""
@@ -104,95 +83,6 @@ class RunResult:
     """Summed token usage: `input_tokens`, `output_tokens` (child runs' included)."""
     cost_usd: float | None = None
     """What the model calls cost, when the model's price is known."""
-
-
-@dataclass
-class ToolSpec:
-    """A tool's contract as recorded in history once per run."""
-
-    name: str
-    description: str
-    schema: dict[str, Any]
-    effects: str
-    idempotency: str
-    approval: str
-    """`never`, `always` or `predicate` (the predicate itself runs on the worker)."""
-    timeout_ms: int | None = None
-    max_attempts: int | None = None
-    approval_timeout_s: float | None = None
-    native: str | None = None
-    """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
-    execution_mode: str = "local"
-    """`provider`: the model's provider runs the tool inside the model call; never an activity."""
-    execution_provider: str | None = None
-    """Who runs a `provider` tool (`anthropic`)."""
-    progress_argument: str | None = None
-    """The argument that describes the operation in progress (for `tool_call_started`)."""
-    annotations: dict[str, Any] | None = None
-    """The tool's free JSON metadata, when it declares any."""
-    workspace: bool = False
-    """Calls run in the run's workspace (`effects: sandbox`, `read_file`): one at a time, each
-    from the version the last one recorded (`toren.store._workspace`)."""
-
-
-@dataclass
-class ModelRetry:
-    """How Temporal retries a failed model call (agent.yaml `modelRetry:`).
-
-    A history recorded before the block existed gets these defaults, the policy it ran with.
-    """
-
-    max_attempts: int = 10
-    """Attempts per model call (the first one included); then the run fails."""
-    initial_interval_s: float = 1.0
-    """Seconds before the first retry; each wait doubles (a 429's Retry-After wins)."""
-    max_interval_s: float = 60.0
-    """The longest wait between two attempts."""
-
-
-@decoded_once
-@omit_defaults
-@dataclass(frozen=True)
-class AgentSpec:
-    """An agent's spec, recorded by a local activity at the start of each run."""
-
-    name: str
-    model: str
-    tools: list[ToolSpec]
-    max_steps: int = 50
-    max_attempts: int | None = None
-    max_wall_clock_min: float | None = None
-    approval_timeout_s: float | None = None
-    max_tokens: int = 4096
-    search_attributes: list[str] = field(default_factory=list)
-    """toren's search attributes registered on the namespace (only these are set)."""
-    continue_after_events: int | None = None
-    """Continue as new at a turn boundary past this many history events."""
-    continue_after_bytes: int | None = None
-    """Continue as new at a turn boundary past this many history bytes."""
-    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Named processes `run_process` may start: workflow type, task queue, agent."""
-    model_retry: ModelRetry = field(default_factory=ModelRetry)
-    """The retry policy of every model call."""
-    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
-    """Model and tool calls' heartbeat timeout; 0: none."""
-    thread_idle_timeout_min: float | None = None
-    """Minutes a thread rests with no message before it closes itself; `None`: no limit."""
-    max_tokens_budget: int | None = None
-    """`limits.maxTokens`: input + output tokens a run (a thread's execution) may use."""
-    max_cost_usd: float | None = None
-    """`limits.maxCostUSD`."""
-    prices: list[float] | None = None
-    """USD per million input and output tokens of the model, when known."""
-
-    def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
-        """A call's heartbeat timeout, or none.
-
-        None when the setting is 0, or when the call's own timeout comes nearly as soon: the
-        server keeps a timer for each, fired whether or not the call has ended.
-        """
-        beat = timedelta(seconds=self.heartbeat_timeout_s)
-        return beat if beat and start_to_close > 2 * beat else None
 
 
 @dataclass

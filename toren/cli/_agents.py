@@ -18,7 +18,7 @@ from typing import Any
 
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._mcp_config import McpServerConfig
-from toren.agent._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
+from toren.agent._spec import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.cli._common import codec_settings, connect
 from toren.errors import ConfigError, TorenError
 from toren.worker._agent import Agent, load_agent

@@ -25,6 +25,8 @@ _ERRORS = {
     "413": "body too large",
     "422": "the body does not fit its schema (the field is named)",
 }
+_BODY_ERRORS = ("400", "401", "403", "404", "409", "413", "422")
+"""What a request with a body to a run or thread may get."""
 _ID = {
     "name": "id",
     "in": "path",
@@ -89,6 +91,16 @@ def _int_param(name: str, description: str) -> dict[str, Any]:
     }
 
 
+def _start(what: str, request: type[BaseModel], started: type[BaseModel]) -> dict[str, Any]:
+    """`POST` of a new run or thread: no 404, since nothing is looked up."""
+    errors = tuple(code for code in _BODY_ERRORS if code != "404")
+    return {
+        "post": _op(
+            f"start a {what}", {"201": _json(started, "started")}, request=request, errors=errors
+        )
+    }
+
+
 def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
     stream = {
         "200": {
@@ -104,7 +116,6 @@ def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
         "description": "resume after this offset (an `EventSource` sends it on reconnecting)",
         "schema": {"type": "string", "pattern": "^[0-9]{0,18}$"},
     }
-    body_errors = ("400", "401", "403", "404", "409", "413", "422")
     return {
         f"{prefix}/{{id}}": {
             "get": _op(f"the {what}'s status", {"200": _json(m.RunStatus, "ok")}, params=[_ID])
@@ -122,7 +133,7 @@ def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
                 {"200": _json(m.DecisionOut, "the recorded decision")},
                 request=m.Decide,
                 params=[_ID],
-                errors=body_errors,
+                errors=_BODY_ERRORS,
             )
         },
         f"{prefix}/{{id}}/events": {
@@ -146,31 +157,16 @@ def openapi() -> dict[str, Any]:
         + [(model, "serialization") for model in _RESPONSES],
         ref_template="#/components/schemas/{model}",
     )
-    body_errors = ("400", "401", "403", "404", "409", "413", "422")
     paths: dict[str, Any] = {
-        "/v1/runs": {
-            "post": _op(
-                "start a run",
-                {"201": _json(m.RunStarted, "started")},
-                request=m.StartRun,
-                errors=("400", "401", "403", "409", "413", "422"),
-            )
-        },
-        "/v1/threads": {
-            "post": _op(
-                "start a thread",
-                {"201": _json(m.ThreadStarted, "started")},
-                request=m.StartThread,
-                errors=("400", "401", "403", "409", "413", "422"),
-            )
-        },
+        "/v1/runs": _start("run", m.StartRun, m.RunStarted),
+        "/v1/threads": _start("thread", m.StartThread, m.ThreadStarted),
         "/v1/threads/{id}/messages": {
             "post": _op(
                 "send a message; waits for the answer unless `wait` is false",
                 {"200": _json(m.Answer, "the answer"), "202": _json(m.Queued, "queued")},
                 request=m.SendMessage,
                 params=[_ID],
-                errors=body_errors,
+                errors=_BODY_ERRORS,
             ),
             "get": _op(
                 "the thread's messages",

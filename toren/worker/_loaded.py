@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from toren.agent._types import AgentSpec, ToolSpec
+from toren.agent._spec import AgentSpec
 from toren.worker._agent import Agent
 from toren.worker._redact import Redactor, redactor
 from toren.worker.models import ModelProvider
@@ -69,27 +69,7 @@ class LoadedAgent:
         return AgentSpec(
             name=self.agent.name,
             model=self.model,
-            tools=[
-                ToolSpec(
-                    name=t.name or "",
-                    description=t.description,
-                    schema=t.schema,
-                    effects=t.effects,
-                    idempotency=t.idempotency,
-                    approval=t.approval_kind,
-                    timeout_ms=t.timeout_ms,
-                    max_attempts=t.max_attempts,
-                    approval_timeout_s=t.approval_timeout_s,
-                    native=t.native,
-                    execution_mode=t.execution_mode,
-                    execution_provider=t.execution_provider,
-                    progress_argument=t.progress_argument,
-                    annotations=t.annotations or None,
-                    workspace=t.in_workspace
-                    or any(u.in_workspace for u in map(self.agent.tools.get, t.uses) if u),
-                )
-                for t in self.agent.tools.values()
-            ],
+            tools=[t.spec(self.agent.tools) for t in self.agent.tools.values()],
             max_steps=limits.max_steps_per_task,
             max_attempts=limits.max_attempts_per_task,
             max_wall_clock_min=limits.max_wall_clock_min,

@@ -7,8 +7,8 @@ for tool in list_tools("examples/support"):
     print(tool.name, tool.effects, tool.annotations)
 ```
 
-The same view `toren check` prints: each tool's contract, its annotations and progress argument,
-and who runs it.
+The same view `toren check` prints: each tool's contract as a run records it (`ToolSpec`: its
+annotations and progress argument, who runs it), and the file that declares it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toren.agent._spec import ToolSpec
 from toren.errors import ConfigError
 from toren.worker._agent import Agent, load_agent
 from toren.worker.models._hosted import hosted_tool_problems
@@ -25,33 +26,11 @@ __all__ = ["ToolInfo", "list_tools", "tool_infos"]
 
 
 @dataclass
-class ToolInfo:
-    """One tool of an agent: what the model sees, its contract, and its metadata."""
+class ToolInfo(ToolSpec):
+    """One tool of an agent: the contract a run records (`ToolSpec`), and where it is declared."""
 
-    name: str
-    """The name the model sees."""
-    description: str
-    """What the tool does, for the model."""
-    schema: dict[str, Any]
-    """The JSON Schema of its arguments."""
-    effects: str
-    """`none`, `sandbox` or `external`."""
-    idempotency: str
-    """`keyed` or `none`."""
-    approval: str
-    """`never`, `always` or `predicate`."""
-    timeout_ms: int | None = None
-    """As declared; `None`: toren's default applies."""
-    max_attempts: int | None = None
-    """As declared; `None`: the agent's `limits.maxAttemptsPerTask` or toren's default."""
-    execution_mode: str = "local"
-    """`local` (an activity on a toren worker) or `provider` (the model's provider runs it)."""
-    execution_provider: str | None = None
-    """Who runs a `provider` tool (`anthropic`)."""
-    progress_argument: str | None = None
-    """The argument that describes the operation in progress."""
     annotations: dict[str, Any] = field(default_factory=dict)
-    """The tool's free JSON metadata."""
+    """The tool's free JSON metadata (`{}` when it declares none)."""
     builtin: bool = False
     """Declared in agent.yaml (`builtin_tools`, `sandbox`, `processes`) rather than `tools/`."""
     source: str | None = None
@@ -61,25 +40,13 @@ class ToolInfo:
 def tool_infos(agent: Agent) -> list[ToolInfo]:
     """The tools of a loaded `agent`, in its order."""
     tools_dir = agent.folder / "tools"
-    return [
-        ToolInfo(
-            name=t.name or "",
-            description=t.description,
-            schema=t.schema,
-            effects=t.effects,
-            idempotency=t.idempotency,
-            approval=t.approval_kind,
-            timeout_ms=t.timeout_ms,
-            max_attempts=t.max_attempts,
-            execution_mode=t.execution_mode,
-            execution_provider=t.execution_provider,
-            progress_argument=t.progress_argument,
-            annotations=dict(t.annotations),
-            builtin=not (t.source and Path(t.source).parent == tools_dir),
-            source=t.source,
-        )
-        for t in agent.tools.values()
-    ]
+    infos = []
+    for tool in agent.tools.values():
+        spec = vars(tool.spec(agent.tools))
+        spec["annotations"] = dict(tool.annotations)
+        builtin = not (tool.source and Path(tool.source).parent == tools_dir)
+        infos.append(ToolInfo(**spec, builtin=builtin, source=tool.source))
+    return infos
 
 
 def list_tools(folder: str | Path) -> list[ToolInfo]:

@@ -23,15 +23,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from toren.agent._spec import AgentSpec
     from toren.agent._transcript import TranscriptRef
-    from toren.agent._types import (
-        CUT_AT_MAX_TOKENS,
-        STREAM_TOPIC,
-        AgentSpec,
-        RunInput,
-        RunResult,
-        RunState,
-    )
+    from toren.agent._types import CUT_AT_MAX_TOKENS, STREAM_TOPIC, RunInput, RunResult, RunState
     from toren.errors import InvalidJSONPayloadError, RunError
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background

@@ -18,7 +18,8 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, Workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._types import RunInput, RunState, ToolSpec
+    from toren.agent._spec import ToolSpec
+    from toren.agent._types import RunInput, RunState
 
 __all__ = ["CHILD_OUTPUT_CHARS", "Background"]
 

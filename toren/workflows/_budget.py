@@ -23,7 +23,8 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._types import AgentSpec, ModelCallResult, RunState
+    from toren.agent._spec import AgentSpec
+    from toren.agent._types import ModelCallResult, RunState
     from toren.errors import RunError
 
 __all__ = ["CACHE_KEYS", "Budget", "cost_usd", "fresh_spending"]

@@ -16,14 +16,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from toren.agent._spec import AgentSpec, ModelRetry
     from toren.agent._transcript import TranscriptRef
-    from toren.agent._types import (
-        AgentSpec,
-        ModelCallInput,
-        ModelCallResult,
-        ModelRetry,
-        RunState,
-    )
+    from toren.agent._types import ModelCallInput, ModelCallResult, RunState
     from toren.errors import RunError
     from toren.workflows._budget import Budget
 

@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._types import AgentSpec
+    from toren.agent._spec import AgentSpec
 
 __all__ = ["StatusAttributes"]
 

@@ -22,11 +22,14 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from toren.agent._schema import validate_args
-    from toren.agent._transcript import tool_message
-    from toren.agent._types import (
+    from toren.agent._spec import (
         DEFAULT_TOOL_ATTEMPTS,
         DEFAULT_TOOL_TIMEOUT_MS,
         AgentSpec,
+        ToolSpec,
+    )
+    from toren.agent._transcript import tool_message
+    from toren.agent._types import (
         ApprovalCheck,
         ApprovalQuestion,
         Decision,
@@ -35,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         RunState,
         ToolCallInput,
         ToolCallResult,
-        ToolSpec,
     )
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from toren.agent._types import AgentSpec
+from toren.agent._spec import AgentSpec
 from toren.errors import ConfigError
 from toren.worker._agent import Agent, load_agent, process_specs
 from toren.worker._loaded import LoadedAgent, worker_secrets

@@ -26,9 +26,10 @@ from toren.agent._config import SandboxConfig
 from toren.agent._context import ExecutionState, ToolContext, ToolResult
 from toren.agent._payload_limits import MAX_CHANGES_BYTES, cut_text
 from toren.agent._schema import validate_args
+from toren.agent._spec import DEFAULT_TOOL_TIMEOUT_MS
 from toren.agent._tool import Tool
 from toren.agent._transcript import assemble
-from toren.agent._types import DEFAULT_TOOL_TIMEOUT_MS, ToolCallInput, ToolCallResult
+from toren.agent._types import ToolCallInput, ToolCallResult
 from toren.store._payloads import result_limit
 from toren.store._store import StoreError
 from toren.store._workspace import Workspaces, WorkspaceTooLarge

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toren.agent._tool import Tool, ToolContext, define_tool
+from toren.agent._context import ToolContext
+from toren.agent._define import define_tool
+from toren.agent._tool import Tool
 
 if TYPE_CHECKING:
     from toren.agent._config import AgentConfig

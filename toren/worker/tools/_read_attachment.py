@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.agent._tool import Tool, ToolContext, Variable
+from toren.agent._context import ToolContext, Variable
+from toren.agent._tool import Tool
 from toren.store._attachments import ENV_VAR, AttachmentError, open_store
 from toren.worker.tools._read_only import read_only_tool
 

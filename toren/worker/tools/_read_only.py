@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toren.agent._tool import Handler, Tool, Variable, define_tool
+from toren.agent._context import Variable
+from toren.agent._define import define_tool
+from toren.agent._tool import Handler, Tool
 
 __all__ = ["read_only_tool"]
 

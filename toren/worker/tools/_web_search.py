@@ -26,7 +26,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
-from toren.agent._tool import Tool, ToolContext, Variable
+from toren.agent._context import ToolContext, Variable
+from toren.agent._tool import Tool
 from toren.errors import WebSearchError
 from toren.worker._http import HTTPFailure, post_json
 from toren.worker.tools._read_only import read_only_tool

@@ -74,7 +74,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from toren.agent._config import AgentConfig, SandboxConfig
-from toren.agent._tool import Tool, ToolContext, define_tool
+from toren.agent._context import ToolContext
+from toren.agent._define import define_tool
+from toren.agent._tool import Tool
 from toren.errors import ConfigError, SandboxError
 from toren.store._workspace_dirs import workspace_dir, workspace_root
 from toren.worker.tools._sandbox._code import check_modules, run_code

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from toren.agent._tool import Tool, ToolContext, Variable
+from toren.agent._context import ToolContext, Variable
+from toren.agent._tool import Tool
 from toren.errors import SqlQueryError
 from toren.worker.tools._read_only import read_only_tool
 from toren.worker.tools._sql_query._postgres import run_postgres
