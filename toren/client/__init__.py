@@ -25,14 +25,12 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
@@ -43,33 +41,6 @@ from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
-
-AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
-STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
-PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
-
-_registered: weakref.WeakKeyDictionary[Client, list[str]] = weakref.WeakKeyDictionary()
-"""Which of toren's search attributes each client's namespace has, looked up once."""
-
-
-async def _start_attributes(client: Client, agent: str) -> TypedSearchAttributes:
-    """The status search attributes a run starts with, those the namespace has.
-
-    Its first workflow task then upserts nothing; a run started without them (by any other
-    client) upserts them itself.
-    """
-    have = _registered.get(client)
-    if have is None:
-        have = _registered[client] = await search_attributes.registered(client)
-    pairs: list[SearchAttributePair[Any]] = []
-    if "TorenAgent" in have:
-        pairs.append(SearchAttributePair(AGENT_KEY, agent))
-    if "TorenStatus" in have:
-        pairs.append(SearchAttributePair(STATUS_KEY, "running"))
-    if "TorenPendingApprovals" in have:
-        pairs.append(SearchAttributePair(PENDING_KEY, 0))
-    return TypedSearchAttributes(pairs)
-
 
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -138,7 +109,7 @@ async def start_run(
         task_queue=task_queue or agent,
         result_type=RunResult,
         execution_timeout=execution_timeout,
-        search_attributes=await _start_attributes(client, agent),
+        search_attributes=await search_attributes.start_attributes(client, agent),
         static_summary=f"{agent}: {first_line[:120]}",
         static_details=(
             f"**agent** `{agent}` · started with `toren.client`\n\n"
@@ -374,6 +345,6 @@ async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
             raise  # every run of the namespace is encoded alike: say how to read them
         except Exception:  # finished between the listing and the query
             continue
-        name = execution.typed_search_attributes.get(AGENT_KEY) or ""
+        name = execution.typed_search_attributes.get(search_attributes.AGENT_KEY) or ""
         items += [InboxItem(run_id=execution.id, agent=name, call=c) for c in calls]
     return sorted(items, key=lambda i: i.call.requested_at)

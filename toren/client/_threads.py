@@ -33,6 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from toren.agent._types import ThreadInput, ThreadResult
 from toren.client._readable import ensure_readable
+from toren.connect import _search_attributes as search_attributes
 from toren.errors import RunError, UndecodablePayloadError, UsageError
 
 __all__ = ["close_thread", "messages", "running_thread", "send_message", "start_thread"]
@@ -66,6 +67,7 @@ async def start_thread(
         id=thread_id or f"{agent}-thread-{uuid.uuid4().hex[:12]}",
         task_queue=task_queue or agent,
         result_type=ThreadResult,
+        search_attributes=await search_attributes.start_attributes(client, agent),
         static_summary=f"{agent}: thread" + (f" of {user_id}" if user_id else ""),
         static_details=(
             f"**agent** `{agent}` · a thread started with `toren.client`\n\n"

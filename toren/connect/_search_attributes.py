@@ -13,6 +13,8 @@ temporal workflow list --query 'TorenStatus="waiting_approval"'
 from __future__ import annotations
 
 import logging
+import weakref
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -20,8 +22,18 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-__all__ = ["SEARCH_ATTRIBUTES", "missing", "register", "registered"]
+__all__ = [
+    "AGENT_KEY",
+    "PENDING_KEY",
+    "SEARCH_ATTRIBUTES",
+    "STATUS_KEY",
+    "missing",
+    "register",
+    "registered",
+    "start_attributes",
+]
 
 log = logging.getLogger("toren")
 
@@ -82,3 +94,32 @@ async def register(client: Client) -> list[str]:
             )
         )
     return todo
+
+
+AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
+STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
+PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
+
+_registered: weakref.WeakKeyDictionary[Client, list[str]] = weakref.WeakKeyDictionary()
+"""Which of toren's search attributes each client's namespace has, looked up once."""
+
+
+async def start_attributes(client: Client, agent: str) -> TypedSearchAttributes:
+    """The status search attributes a run or thread starts with, those the namespace has.
+
+    Its first workflow task then upserts nothing (an upsert right after the agent's spec, a
+    local activity, could come out ahead of a message's update on a replay of the first
+    tasks: a nondeterminism error); a run started without them (by any other
+    client) upserts them itself.
+    """
+    have = _registered.get(client)
+    if have is None:
+        have = _registered[client] = await registered(client)
+    pairs: list[SearchAttributePair[Any]] = []
+    if "TorenAgent" in have:
+        pairs.append(SearchAttributePair(AGENT_KEY, agent))
+    if "TorenStatus" in have:
+        pairs.append(SearchAttributePair(STATUS_KEY, "running"))
+    if "TorenPendingApprovals" in have:
+        pairs.append(SearchAttributePair(PENDING_KEY, 0))
+    return TypedSearchAttributes(pairs)
