@@ -43,7 +43,7 @@ one place the CLI reaches into the worker's side, imported only when one of them
 
 WORKFLOW_MAY_IMPORT = {
     "toren.errors", "toren.agent._types", "toren.agent._transcript", "toren.agent._schema",
-    "toren.agent._converter", "toren.agent._sdk_private",
+    "toren.agent._converter", "toren.agent._sdk_private", "toren.agent._context_plan",
 }  # fmt: skip
 """Beyond `toren.workflows` itself: the contract types and errors, their JSON form, the
 transcript digest, the pure JSON Schema check the workflow runs on a model's arguments, and the

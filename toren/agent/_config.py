@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from toren.agent._context_config import ContextConfig
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren.agent._problems import also_report, describe, problems_at
 from toren.agent._types import (
@@ -311,6 +312,8 @@ class AgentConfig(_Strict):
     """The Temporal task queue; defaults to the agent's name."""
     stream: StreamConfig = Field(default_factory=StreamConfig)  # type: ignore[arg-type]
     """Live output: `true` (the default), `false`, or `{batchMs: 200}`."""
+    context: ContextConfig = Field(default_factory=ContextConfig)  # type: ignore[arg-type]
+    """Keeping long conversations within the model's window (issue 39)."""
 
     @field_validator("stream", mode="before")
     @classmethod

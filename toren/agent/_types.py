@@ -184,6 +184,8 @@ class AgentSpec:
     """`limits.maxCostUSD`."""
     prices: list[float] | None = None
     """USD per million input and output tokens of the model, when known."""
+    context: dict[str, Any] | None = None
+    """agent.yaml `context:` as recorded (`toren.agent._context_config`); `None`: no compaction."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.
@@ -258,6 +260,8 @@ class RunState:
     stream: dict[str, Any] | None = None
     """The live stream's state at continue-as-new (its newest items, offsets, publishers), as
     `toren.worker._live.stream_state_json` writes it; the next run's stream goes on from there."""
+    compaction: dict[str, Any] = field(default_factory=dict)
+    """The compaction plan, message sizes and learned window (`toren.workflows._context_window`)."""
 
 
 @omit_defaults
@@ -280,6 +284,8 @@ class ModelCallInput:
     run_key: str = ""
     """`<workflow id>/<run id>`: which run's transcript; empty (what a run sends) for the run
     the activity serves (`toren.worker.activities._tool_call.run_key_of`)."""
+    context: dict[str, Any] | None = None
+    """The compaction plan the model's view is rendered by (`toren.agent._context_plan.view`)."""
 
 
 @omit_defaults

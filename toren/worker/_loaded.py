@@ -102,6 +102,7 @@ class LoadedAgent:
             max_tokens=self.agent.config.max_tokens,
             model_retry=self.agent.config.model_retry.policy(),
             heartbeat_timeout_s=self.agent.config.heartbeat_timeout_s,
+            context=self.agent.config.context.recorded(),  # issue 39 (known windows: here)
             search_attributes=list(search_attributes),
             processes=self.processes,
             continue_after_events=limits.continue_as_new_after_events,

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
+    from toren.workflows._context_window import ContextWindow
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._status import StatusAttributes
     from toren.workflows._stream_state import LiveStream, carried_stream, stream_state_json
@@ -125,6 +126,7 @@ class AgentRun:
         self._status = StatusAttributes()
         self._executing = False
         """Whether an execution is under way (always, once an `AgentRun` has started)."""
+        self._window = ContextWindow(self, _retry_policy)  # issue 39: every prompt fits
 
     # -- the run --------------------------------------------------------------------------
 
@@ -337,6 +339,7 @@ class AgentRun:
         spec, run, transcript = self._spec, self._run, self._transcript
         self._budget.check(spec)  # a child run's usage may have crossed it
         self._budget.before_call(spec, _since_last_reply(run.messages))
+        plan = await self._window.before_call()  # issue 39: compact past the threshold
         try:
             reply: ModelCallResult = await workflow.execute_activity(
                 "toren.call_model",
@@ -348,6 +351,7 @@ class AgentRun:
                     tail=transcript.tail,
                     step=run.step,
                     model=spec.model,
+                    context=plan,  # issue 39: the model's view of the transcript
                 ),
                 result_type=ModelCallResult,
                 start_to_close_timeout=MODEL_TIMEOUT,
@@ -357,6 +361,8 @@ class AgentRun:
                 summary=f"model step {run.step} ({spec.model})",
             )
         except ActivityError as err:
+            if await self._window.refused(err, run.step):  # issue 39: compacted, try again
+                return await self._call_model()
             detail = str(err.cause) if err.cause else str(err)
             raise RunError(
                 f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
@@ -366,6 +372,7 @@ class AgentRun:
             # what the run knows (`toren.worker._live.TAIL_OMITS`).
             self.publish(str(item.get("type")), {"attempt": reply.attempt, **item})
         transcript.model_replied(reply.message)
+        self._window.after_call(reply)  # issue 39: the size the provider counted
         self._budget.after_call(spec, reply)
         return reply
 

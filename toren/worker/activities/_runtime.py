@@ -22,6 +22,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from toren.agent._attempts import carried, usage_of, with_failure, with_usage
+from toren.agent._context_plan import view
 from toren.agent._payload_limits import cut_message, shown_to_model
 from toren.agent._tool import Tool
 from toren.agent._transcript import TranscriptCache, tool_message
@@ -42,6 +43,7 @@ from toren.worker._mcp._pool import McpPool
 from toren.worker._prices import prices_for
 from toren.worker._redact import MIN_SECRET_CHARS, Redactor
 from toren.worker._telemetry import CallSpan, Telemetry
+from toren.worker.activities._compact import compact_activity
 from toren.worker.activities._tool_call import (
     missing_variables,
     read_transcript,
@@ -177,6 +179,7 @@ class AgentRuntime:
         """The activities serving `agents` (default: all): the loop's own and one per tool."""
         served = list(agents or self.agents.values())
         acts: list[Callable[..., Any]] = [self.agent_spec, self.check_approval, self.call_model]
+        acts.append(compact_activity(self))  # issue 39: the summarising model call
         for a in served:
             for tool in a.agent.tools.values():
                 # The workflow runs native tools; the model's provider runs provider tools.
@@ -274,7 +277,10 @@ class AgentRuntime:
             model=model_name,
             system=loaded.agent.instructions,
             # What the model is shown: no tool result past the agent's declared limit.
-            messages=shown_to_model(messages, loaded.agent.config.limits.max_result_bytes_shown),
+            messages=shown_to_model(
+                view(messages, input.context),  # issue 39: the compaction plan
+                loaded.agent.config.limits.max_result_bytes_shown,
+            ),
             tools=[_declaration(t) for t in loaded.agent.tools.values()],
             max_tokens=loaded.agent.config.max_tokens,
             settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),
