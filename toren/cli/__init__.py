@@ -48,6 +48,7 @@ from toren import client as toren_client
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._mcp_config import McpServerConfig
 from toren.agent._types import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
+from toren.cli._compact import add_compact_parser, cmd_compact
 from toren.cli._live_print import LivePrinter
 from toren.cli._watch import pasteable, toren_command, watch
 from toren.client._events import EventStream, format_event
@@ -697,6 +698,7 @@ def _parser() -> argparse.ArgumentParser:
         help="runs closed more than DAYS ago (default $TOREN_STORE_RETENTION_DAYS)",
     )  # fmt: skip
 
+    add_compact_parser(sub)  # issue 39
     p = sub.add_parser("events", help="a run's history as an event log")
     p.add_argument("run_id")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -743,6 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workspace": cmd_workspace,
         "store": cmd_store,
         "serve": cmd_serve,
+        "compact": lambda a: cmd_compact(a, _connect),  # issue 39
         "approve": lambda a: cmd_decide(a, True),
         "deny": lambda a: cmd_decide(a, False),
     }

@@ -39,7 +39,9 @@ from temporalio.converter import DataConverter, PayloadConverter
 from temporalio.converter import default as default_converter
 
 from toren.agent._attempts import attempts_before, failure_record
+from toren.agent._context_plan import COMPACT_ACTIVITY
 from toren.agent._sdk_private import transform_inbound_payload
+from toren.client._compaction_events import emit_compacted
 from toren.errors import CodecServerError
 from toren.workflows._agent_thread import THREAD_SIGNALS, message_problem
 from toren.workflows._approvals import SIGNALS, decision_problem, unknown_signal_problem
@@ -375,6 +377,7 @@ class _Renderer:
         self.scheduled[event.event_id] = info
         if name == "toren.call_model":
             info["max_attempts"] = a.retry_policy.maximum_attempts or None  # 0: unlimited
+            emit_compacted(self.emit, event, body)  # issue 39
             for item in body.get("tail", []):
                 message = item.get("message") if isinstance(item, dict) else None
                 if isinstance(message, dict) and message.get("role") == "tool":
@@ -508,6 +511,8 @@ class _Renderer:
                     event, "ToolCallCompleted", callId=call.get("id"), tool=call.get("name"),
                     result=call.get("result"), isError=bool(call.get("is_error")), provider=who,
                 )  # fmt: skip
+        elif info["name"] == COMPACT_ACTIVITY:  # issue 39: a summary is a paid model call
+            self._count(result.get("usage") or {}, result.get("earlier_usage") or {})
         elif "." in info["name"] and not info["name"].startswith("toren."):
             tool = info["name"].split(".", 1)[1]
             changes = result.get("changes") or {}

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._agent_run import AgentRun, toren_bug
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
+    from toren.workflows._context_window import compact_instructions
     from toren.workflows._input import json_type, one_raw_input, parse_thread_input
     from toren.workflows._tool_calls import ToolCalls
 
@@ -427,6 +428,17 @@ class AgentThread(AgentRun):
 
     def _new_id(self) -> str:
         return f"msg-{workflow.uuid4().hex[:12]}"
+
+    # issue 39: compaction by hand, at rest
+    @workflow.update(description='Compact the conversation now (at rest): {"instructions": "..."}.')
+    async def compact(self, *request: Any) -> dict[str, Any]:
+        """Fold all but the last messages into a summary the model writes."""
+        busy = self._executing or bool(self._thread.queue)
+        return await self._window.compact_now(compact_instructions(request, busy))
+
+    @compact.validator
+    def _validate_compact(self, *request: Any) -> None:
+        compact_instructions(request, self._executing or bool(self._thread.queue))
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -302,3 +302,30 @@ class ContextWindow:
         state["note"] = note
         self._host.publish("context_compacted", note)
         return {"compacted": True, **note}
+
+
+def compact_instructions(request: tuple[Any, ...], busy: bool) -> str | None:
+    """The `compact` update's optional instructions; why it is refused, as an error.
+
+    Takes `{"instructions": "..."}` or nothing, and only at rest: a compaction mid-execution
+    happens on its own before the next model call.
+    """
+    if busy:
+        raise ApplicationError(
+            "the thread is answering a message; compact it at rest (it compacts by itself "
+            "before a prompt would pass the window)",
+            type="ThreadBusy",
+            non_retryable=True,
+        )
+    body = request[0] if request else None
+    if body is None:
+        return None
+    instructions = body.get("instructions") if isinstance(body, dict) else body
+    unknown = [k for k in body if k != "instructions"] if isinstance(body, dict) else []
+    if unknown or (instructions is not None and not isinstance(instructions, str)):
+        raise ApplicationError(
+            'compact takes {"instructions": "..."} (optional), got ' + repr(body)[:200],
+            type="InvalidCompact",
+            non_retryable=True,
+        )
+    return instructions or None
