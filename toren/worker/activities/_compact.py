@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from temporalio import activity
 
 from toren.agent._attempts import carried, usage_of
 from toren.agent._context_plan import COMPACT_ACTIVITY, SUMMARY_MAX_TOKENS, CompactInput
+from toren.agent._transcript import TranscriptCache
 from toren.agent._types import ModelCallResult
+from toren.worker._loaded import LoadedAgent
+from toren.worker._redact import Redactor
 from toren.worker.activities._tool_call import run_key_of
-from toren.worker.models import ModelRequest
-
-if TYPE_CHECKING:
-    from toren.worker.activities._runtime import AgentRuntime
+from toren.worker.models import ModelReply, ModelRequest
 
 __all__ = ["SUMMARY_INSTRUCTIONS", "compact_activity", "conversation_text"]
 
@@ -60,7 +60,25 @@ def conversation_text(messages: list[dict[str, Any]], previous: str, max_chars: 
     return text[-max_chars:]
 
 
-def compact_activity(runtime: AgentRuntime) -> Callable[..., Any]:
+class Runtime(Protocol):
+    """What the activity uses of the worker's `AgentRuntime` (the model call's own parts)."""
+
+    transcripts: TranscriptCache
+
+    def _get(self, agent: str) -> LoadedAgent: ...
+
+    async def _fetch_transcript(self, run_key: str, count: int) -> list[dict[str, Any]]: ...
+
+    async def _complete(
+        self,
+        loaded: LoadedAgent,
+        request: ModelRequest,
+        earlier: list[dict[str, Any]],
+        redactor: Redactor,
+    ) -> ModelReply: ...
+
+
+def compact_activity(runtime: Runtime) -> Callable[..., Any]:
     """The `toren.compact_context` activity of `runtime`'s worker."""
 
     @activity.defn(name=COMPACT_ACTIVITY)
