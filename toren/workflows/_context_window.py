@@ -80,12 +80,15 @@ class ContextWindow:
         """One compaction at a time: the `compact` update and a step's own."""
         self._sent_view = 0
         """Characters of the view the model call under way was shown."""
+        # Asked once, in the run's first activation, before any command: a run recorded
+        # before compaction replays without it, whatever its later tasks hold.
+        self._patched = workflow.patched(PATCH)
 
     # -- what the run asks ---------------------------------------------------------------------
 
     def _on(self) -> bool:
         spec = self._host._run.spec
-        return bool(spec and spec.context is not None) and workflow.patched(PATCH)
+        return self._patched and bool(spec and spec.context is not None)
 
     @property
     def _state(self) -> dict[str, Any]:
