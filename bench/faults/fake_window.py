@@ -15,10 +15,11 @@ Usage reports `prompt_tokens` as characters / 4, so the run's estimates meet the
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from bench.faults.fake_openai import FakeOpenAI
 
 __all__ = ["FakeWindow", "Shown"]
 
@@ -35,53 +36,28 @@ class Shown:
 
 
 @dataclass
-class FakeWindow:
-    """The server; `start()` it, point OPENAI_BASE_URL at `base_url`, `stop()` it."""
+class FakeWindow(FakeOpenAI):
+    """The server (`FakeOpenAI`'s, answering by the window instead of by plans)."""
 
+    plans: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
+    """Unused: this server answers every request by the rules above."""
     window_chars: int = 32_000
     tool: str = "fetch_log"
     loop: int = 1
     """Tool calls in a row after each user message."""
     fail_summaries: int = 0
     shown: list[Shown] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    server: ThreadingHTTPServer | None = None
     _calls: int = 0
 
-    @property
-    def base_url(self) -> str:
-        """The `/v1` root to use as OPENAI_BASE_URL."""
-        assert self.server
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def start(self) -> FakeWindow:
-        """Listen on a free port and serve from a daemon thread."""
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                status, payload = fake.answer(body)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving."""
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
+    def handle(self, http: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        """Answer one Chat Completions request."""
+        status, payload = self.answer(body)
+        data = json.dumps(payload).encode()
+        http.send_response(status)
+        http.send_header("Content-Type", "application/json")
+        http.send_header("Content-Length", str(len(data)))
+        http.end_headers()
+        http.wfile.write(data)
 
     def count(self, outcome: str) -> int:
         """Requests that ended in `outcome`."""

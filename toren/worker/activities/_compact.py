@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from temporalio import activity
@@ -78,31 +79,40 @@ class Runtime(Protocol):
     ) -> ModelReply: ...
 
 
-def compact_activity(runtime: Runtime) -> Callable[..., Any]:
-    """The `toren.compact_context` activity of `runtime`'s worker."""
+def compact_activity(
+    runtime: Runtime, heartbeating: Callable[[], AbstractAsyncContextManager[Any]]
+) -> Callable[..., Any]:
+    """The `toren.compact_context` activity of `runtime`'s worker.
+
+    `heartbeating`: the model call's background heartbeat, so a dead worker is noticed in
+    seconds while the summary is written.
+    """
 
     @activity.defn(name=COMPACT_ACTIVITY)
     async def compact_context(input: CompactInput) -> ModelCallResult:
         loaded = runtime._get(input.agent)
         run_key = run_key_of(input.run_key)
-        messages = runtime.transcripts.resolve(
-            run_key, input.count, input.digest, input.since, input.tail
-        )
-        if messages is None:
-            messages = await runtime._fetch_transcript(run_key, input.count)
-        _, _, model_name = input.model.partition("/")
-        text = conversation_text(
-            messages[input.start : input.end], input.previous_summary, input.max_chars
-        )
-        request = ModelRequest(
-            model=model_name,
-            system=input.instructions or SUMMARY_INSTRUCTIONS,
-            messages=[{"role": "user", "content": text}],
-            max_tokens=SUMMARY_MAX_TOKENS,
-        )
-        earlier = carried(activity.info().heartbeat_details)
-        redactor = loaded.redactor()
-        reply = await runtime._complete(loaded, request, earlier, redactor)
+        ref = (input.count, input.digest, input.since, input.tail)
+        async with heartbeating():
+            # Cached by the worker that ran the run's last step, else asked of the run.
+            messages = runtime.transcripts.resolve(run_key, *ref)
+            if messages is None:
+                messages = await runtime._fetch_transcript(run_key, input.count)
+            span = messages[input.start : input.end]
+            request = ModelRequest(
+                model=input.model.partition("/")[2],
+                system=input.instructions or SUMMARY_INSTRUCTIONS,
+                messages=[
+                    {
+                        "role": "user",
+                        "content": conversation_text(span, input.previous_summary, input.max_chars),
+                    }
+                ],
+                max_tokens=SUMMARY_MAX_TOKENS,
+            )
+            earlier = carried(activity.info().heartbeat_details)
+            redactor = loaded.redactor()
+            reply = await runtime._complete(loaded, request, earlier, redactor)
         return ModelCallResult(
             message=redactor.value(reply.message()),
             usage=reply.usage,

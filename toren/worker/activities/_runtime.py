@@ -179,7 +179,7 @@ class AgentRuntime:
         """The activities serving `agents` (default: all): the loop's own and one per tool."""
         served = list(agents or self.agents.values())
         acts: list[Callable[..., Any]] = [self.agent_spec, self.check_approval, self.call_model]
-        acts.append(compact_activity(self))  # issue 39: the summarising model call
+        acts.append(compact_activity(self, _heartbeating))  # issue 39: the summarising call
         for a in served:
             for tool in a.agent.tools.values():
                 # The workflow runs native tools; the model's provider runs provider tools.
