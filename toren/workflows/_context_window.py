@@ -167,6 +167,7 @@ class ContextWindow:
         """Note the size and role of each message appended since the last measure."""
         state, transcript = self._state, self._host._transcript
         sizes: list[list[Any]] = state.setdefault("sizes", [])
+        view = int(state.get("view", 0))
         for index in range(int(state.get("fold_end", 0)) + len(sizes), transcript.count):
             local = index - transcript.offset
             if local < 0:  # before this run and never measured (a run from before compaction)
@@ -174,9 +175,14 @@ class ContextWindow:
                 continue
             message = transcript.messages[local]
             sizes.append([message_chars(message), str(message.get("role", "?"))[:1]])
+            view += sizes[-1][0]
+        state["view"] = view  # kept as it grows: a step costs the same however long the thread
 
     def _view_chars(self, fold: int | None = None, elided: set[int] | None = None) -> int:
+        """Characters of the model's view; with `fold` or `elided`, of that view instead."""
         state = self._state
+        if fold is None and elided is None and "view" in state:
+            return int(state["view"])
         first = int(state.get("fold_end", 0))
         fold = first if fold is None else fold
         elided = set(state.get("elided") or ()) if elided is None else elided
@@ -293,6 +299,8 @@ class ContextWindow:
 
     def _compacted(self, before: int, folded: int, summary: str) -> dict[str, Any]:
         state = self._state
+        state.pop("view", None)
+        state["view"] = self._view_chars()
         state["compactions"] = int(state.get("compactions", 0)) + 1
         after = self.estimate()
         note = {
