@@ -44,10 +44,11 @@ one place the CLI reaches into the worker's side, imported only when one of them
 WORKFLOW_MAY_IMPORT = {
     "toren.errors", "toren.agent._types", "toren.agent._spec", "toren.agent._transcript",
     "toren.agent._schema", "toren.agent._converter", "toren.agent._sdk_private",
+    "toren.agent._context_plan",
 }  # fmt: skip
 """Beyond `toren.workflows` itself: the contract types and errors, their JSON form, the
-transcript digest, the pure JSON Schema check the workflow runs on a model's arguments, and the
-stream's private SDK names."""
+transcript digest and its compaction plan, the pure JSON Schema check the workflow runs on a
+model's arguments, and the stream's private SDK names."""
 
 NEVER_IN_THE_SANDBOX = ("httpx", "pypdf", "docx", "openpyxl", "psycopg", "yaml", "boto3")
 """Packages importing the workflow must not load (I/O and parsers belong to activities)."""

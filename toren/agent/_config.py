@@ -42,6 +42,7 @@ from toren.agent._config_blocks import (
     env_name_problem,
     matching,
 )
+from toren.agent._context_config import ContextConfig
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren.agent._problems import also_report, describe, problems_at
 from toren.agent._spec import (
@@ -164,6 +165,8 @@ class AgentConfig(Strict):
     """The Temporal task queue; defaults to the agent's name."""
     stream: StreamConfig = Field(default_factory=StreamConfig)  # type: ignore[arg-type]
     """Live output: `true` (the default), `false`, or `{batchMs: 200}`."""
+    context: ContextConfig = Field(default_factory=ContextConfig)  # type: ignore[arg-type]
+    """Keeping long conversations within the model's window (`toren.agent._context_config`)."""
 
     @field_validator("stream", mode="before")
     @classmethod

@@ -131,6 +131,8 @@ class AgentSpec:
     """`limits.maxCostUSD`."""
     prices: list[float] | None = None
     """USD per million input and output tokens of the model, when known."""
+    context: dict[str, Any] | None = None
+    """agent.yaml `context:` as recorded (`toren.agent._context_config`); `None`: no compaction."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.

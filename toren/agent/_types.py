@@ -148,6 +148,8 @@ class RunState:
     stream: dict[str, Any] | None = None
     """The live stream's state at continue-as-new (its newest items, offsets, publishers), as
     `toren.worker._live.stream_state_json` writes it; the next run's stream goes on from there."""
+    compaction: dict[str, Any] = field(default_factory=dict)
+    """The compaction plan, message sizes and learned window (`toren.workflows._context_window`)."""
 
 
 @omit_defaults
@@ -170,6 +172,8 @@ class ModelCallInput:
     run_key: str = ""
     """`<workflow id>/<run id>`: which run's transcript; empty (what a run sends) for the run
     the activity serves (`toren.worker.activities._tool_call.run_key_of`)."""
+    context: dict[str, Any] | None = None
+    """The compaction plan the model's view is rendered by (`toren.agent._context_plan.view`)."""
 
 
 @omit_defaults

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from toren.cli import _approvals, _chat, _runs, _setup, _store
+from toren.cli import _approvals, _chat, _compact, _runs, _setup, _store
 from toren.cli._common import Unreachable, add_codec_flags
 from toren.errors import CodecServerError, TorenError, UndecodablePayloadError
 
@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _runs.add_parsers(sub)
     _chat.add_parsers(sub)
+    _compact.add_parsers(sub)
     _approvals.add_parsers(sub)
     _setup.add_parsers(sub)
     _store.add_parsers(sub)

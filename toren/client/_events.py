@@ -40,6 +40,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter, PayloadConverter
 from temporalio.converter import default as default_converter
 
+from toren.agent._context_plan import COMPACT_ACTIVITY
 from toren.agent._sdk_private import transform_inbound_payload
 from toren.client._render_approvals import ApprovalEvents
 from toren.client._render_core import Event, failure_text, tool_of
@@ -192,6 +193,8 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
         tool = tool_of(info["name"])
         if info["name"] == MODEL_ACTIVITY:
             self._model_completed(event, info, result)
+        elif info["name"] == COMPACT_ACTIVITY:  # a summary is a paid model call
+            self._count(result.get("usage") or {}, result.get("earlier_usage") or {})
         elif tool is not None:
             self._tool_completed(event, tool, info, result)
 

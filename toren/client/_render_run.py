@@ -19,6 +19,7 @@ from temporalio.api.history.v1 import HistoryEvent
 
 from toren.agent._attempts import attempts_before, failure_record
 from toren.client._render_core import RenderState, failure_text, pick
+from toren.workflows._budget import CACHE_KEYS, cost_usd
 
 __all__ = ["MODEL_ACTIVITY", "RunEvents"]
 
@@ -130,7 +131,22 @@ class RunEvents(RenderState):
     def _model_scheduled(self, event: HistoryEvent, info: dict[str, Any]) -> None:
         a = event.activity_task_scheduled_event_attributes
         info["max_attempts"] = a.retry_policy.maximum_attempts or None  # 0: unlimited
+        self._compacted(event, info)
         self.emit(event, "LlmCallStarted", step=info.get("step"), model=info.get("model"))
+
+    def _compacted(self, event: HistoryEvent, info: dict[str, Any]) -> None:
+        """`ContextCompacted`, once, before the first call whose prompt a compaction shortened.
+
+        The run records each compaction in its plan, which rides in the next call's input with
+        a `compacted` note (`toren.workflows._context_window`).
+        """
+        note = (info.get("context") or {}).get("compacted")
+        if isinstance(note, dict):
+            self.emit(
+                event, "ContextCompacted", tokensBefore=note.get("tokens_before"),
+                tokensAfter=note.get("tokens_after"), messagesFolded=note.get("messages_folded"),
+                elided=note.get("elided"), summary=note.get("summary") or None,
+            )  # fmt: skip
 
     def _model_started(self, event: HistoryEvent) -> None:
         # Written when the call ends, for its last attempt: the failed ones come before it.
@@ -143,20 +159,25 @@ class RunEvents(RenderState):
             self._model_attempt_failed(event, info, record)
 
     def _count(self, usage: dict[str, Any], earlier: dict[str, Any]) -> float | None:
-        """Add a model call to the receipt; its cost, when the run recorded prices."""
+        """Add a model call to the receipt; its cost, when the run recorded prices.
+
+        Tokens read from or written to the provider's prompt cache are part of the input and
+        priced at their own rates (`toren.workflows._budget.cost_usd`).
+        """
         receipt = self.receipt
         receipt["calls"] += 1
         tokens = {
             k: int(usage.get(k, 0) or 0) + int(earlier.get(k, 0) or 0)
-            for k in ("input_tokens", "output_tokens")
+            for k in ("input_tokens", "output_tokens", *CACHE_KEYS)
         }
         receipt["inputTokens"] += tokens["input_tokens"]
         receipt["outputTokens"] += tokens["output_tokens"]
+        for key, name in zip(CACHE_KEYS, ("cacheReadTokens", "cacheWriteTokens"), strict=True):
+            if tokens[key]:
+                receipt[name] = receipt.get(name, 0) + tokens[key]
         if not self.prices:
             return None
-        cost = (
-            tokens["input_tokens"] * self.prices[0] + tokens["output_tokens"] * self.prices[1]
-        ) / 1_000_000
+        cost = cost_usd(tokens, list(self.prices))
         receipt["costUSD"] = (receipt.get("costUSD") or 0.0) + cost
         return cost
 

@@ -14,6 +14,7 @@ from toren.agent._spec import AgentSpec
 from toren.worker._agent import Agent
 from toren.worker._redact import Redactor, redactor
 from toren.worker.models import ModelProvider
+from toren.worker.models._window import window_of
 
 __all__ = ["CREDENTIAL_VARIABLES", "LoadedAgent", "worker_secrets"]
 
@@ -83,6 +84,8 @@ class LoadedAgent:
             max_tokens=self.agent.config.max_tokens,
             model_retry=self.agent.config.model_retry.policy(),
             heartbeat_timeout_s=self.agent.config.heartbeat_timeout_s,
+            # The model's window, when agent.yaml does not say: the table of known models.
+            context=self.agent.config.context.recorded(window_of(self.model)),
             search_attributes=list(search_attributes),
             processes=self.processes,
             continue_after_events=limits.continue_as_new_after_events,

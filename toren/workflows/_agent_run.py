@@ -30,8 +30,9 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows import _approvals as approvals
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
+    from toren.workflows._context_window import ContextWindow
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
-    from toren.workflows._model_step import call_model
+    from toren.workflows._model_step import call_model, retry_policy
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
@@ -90,6 +91,7 @@ class AgentRun(RunHandlers):
             headline=self._headline,
         )
         self._status = StatusAttributes()
+        self._window: ContextWindow = ContextWindow(self, retry_policy)  # prompts fit its window
         self._executing = False
         """Whether an execution is under way (always, once an `AgentRun` has started)."""
 
@@ -279,7 +281,9 @@ class AgentRun(RunHandlers):
             for notice in run.notices:
                 self._transcript.append(notice, {"message": notice})
             run.notices.clear()
-            reply = await call_model(spec, run, self._transcript, self._budget, self.publish)
+            reply = await call_model(
+                spec, run, self._transcript, self._budget, self.publish, self._window
+            )
             calls = reply.message.get("tool_calls") or []
             if not calls:
                 return RunResult(

@@ -21,8 +21,9 @@ with workflow.unsafe.imports_passed_through():
     from toren.agent._types import ModelCallInput, ModelCallResult, RunState
     from toren.errors import RunError
     from toren.workflows._budget import Budget
+    from toren.workflows._context_window import ContextWindow
 
-__all__ = ["MODEL_TIMEOUT", "call_model"]
+__all__ = ["MODEL_TIMEOUT", "call_model", "retry_policy"]
 
 Message = dict[str, Any]
 
@@ -36,14 +37,20 @@ async def call_model(
     transcript: TranscriptRef,
     budget: Budget,
     publish: Callable[[str, dict[str, Any]], None],
+    window: ContextWindow,
 ) -> ModelCallResult:
-    """Ask the model for the next step's reply, within the run's budgets.
+    """Ask the model for the next step's reply, within the run's budgets and its window.
+
+    The window first compacts what the model is shown when the prompt would pass its
+    threshold (`toren.workflows._context_window`); a refusal for length compacts and asks again,
+    once a step.
 
     Raises:
         RunError: `ModelCallFailed` past the last attempt, or a budget the call would cross.
     """
     budget.check(spec)  # a child run's usage may have crossed it
     budget.before_call(spec, _since_last_reply(run.messages))
+    plan = await window.before_call()
     try:
         reply: ModelCallResult = await workflow.execute_activity(
             "toren.call_model",
@@ -55,15 +62,18 @@ async def call_model(
                 tail=transcript.tail,
                 step=run.step,
                 model=spec.model,
+                context=plan,
             ),
             result_type=ModelCallResult,
             start_to_close_timeout=MODEL_TIMEOUT,
             # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
             heartbeat_timeout=spec.heartbeat_timeout(MODEL_TIMEOUT),
-            retry_policy=_retry_policy(spec.model_retry),
+            retry_policy=retry_policy(spec.model_retry),
             summary=f"model step {run.step} ({spec.model})",
         )
     except ActivityError as err:
+        if await window.refused(err, run.step):
+            return await call_model(spec, run, transcript, budget, publish, window)
         detail = str(err.cause) if err.cause else str(err)
         raise RunError(
             f"model call failed at step {run.step}: {detail}", kind="ModelCallFailed"
@@ -73,6 +83,7 @@ async def call_model(
         # what the run knows (`toren.worker._live.TAIL_OMITS`).
         publish(str(item.get("type")), {"attempt": reply.attempt, **item})
     transcript.model_replied(reply.message)
+    window.after_call(reply)
     budget.after_call(spec, reply)
     return reply
 
@@ -85,7 +96,7 @@ def _since_last_reply(messages: list[Message]) -> list[Message]:
     return messages
 
 
-def _retry_policy(retry: ModelRetry) -> RetryPolicy:
+def retry_policy(retry: ModelRetry) -> RetryPolicy:
     """The model call's retry policy: agent.yaml `modelRetry`, backoff doubling each time."""
     return RetryPolicy(
         initial_interval=timedelta(seconds=retry.initial_interval_s),

@@ -1,5 +1,7 @@
 """How messages reach a thread: `send_message` (update or signal), `wait_result`, `close`.
 
+`compact` folds the conversation the model sees, at rest (`toren.workflows._context_window`).
+
 Each message is checked here (`message_problem`, which the event log uses too, to say why a
 signal was refused), queued once however often its request is retried (update ids and message
 ids deduplicate), and answered with its execution's outcome. `AgentThread` inherits these
@@ -16,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from toren.agent._types import RunState, ThreadCarry, ThreadMessage
+    from toren.workflows._context_window import ContextWindow, compact_instructions
     from toren.workflows._input import json_type
 
 __all__ = ["THREAD_SIGNALS", "ThreadInbox", "message_problem"]
@@ -67,6 +70,8 @@ class ThreadInbox:
     _run: RunState
     _thread: ThreadCarry
     _continuing: bool
+    _executing: bool
+    _window: ContextWindow
 
     def _enqueue(self, message: dict[str, Any], message_id: str) -> None:
         if self._knows(message_id):
@@ -182,3 +187,13 @@ class ThreadInbox:
 
     def _new_id(self) -> str:
         return f"msg-{workflow.uuid4().hex[:12]}"
+
+    @workflow.update(description='Compact the conversation now (at rest): {"instructions": "..."}.')
+    async def compact(self, *request: Any) -> dict[str, Any]:
+        """Fold all but the last messages into a summary the model writes."""
+        busy = self._executing or bool(self._thread.queue)
+        return await self._window.compact_now(compact_instructions(request, busy))
+
+    @compact.validator
+    def _validate_compact(self, *request: Any) -> None:
+        compact_instructions(request, self._executing or bool(self._thread.queue))

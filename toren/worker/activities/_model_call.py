@@ -17,9 +17,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren.agent._attempts import carried, usage_of, with_failure, with_usage
+from toren.agent._context_plan import view
 from toren.agent._payload_limits import cut_message, shown_to_model
 from toren.agent._tool import Tool
 from toren.agent._types import ModelCallInput, ModelCallResult
+from toren.errors import PromptTooLongError
 from toren.worker._loaded import LoadedAgent
 from toren.worker._redact import Redactor
 from toren.worker.activities._call_scope import (
@@ -56,10 +58,15 @@ class ModelCalls(Served):
             model=model_name,
             system=loaded.agent.instructions,
             # What the model is shown: no tool result past the agent's declared limit.
-            messages=shown_to_model(messages, loaded.agent.config.limits.max_result_bytes_shown),
+            messages=shown_to_model(
+                view(messages, input.context),  # the compaction plan: what the model is shown
+                loaded.agent.config.limits.max_result_bytes_shown,
+            ),
             tools=[_declaration(t) for t in loaded.agent.tools.values()],
             max_tokens=loaded.agent.config.max_tokens,
             settings=loaded.agent.config.model_settings.model_dump(exclude_none=True),
+            # One prompt-cache key per run or thread, across continue-as-new (its workflow id).
+            cache_key=run_key.rpartition("/")[0] or run_key,
         )
         info = activity.info()
         # The failures of this call's earlier attempts, so history keeps every one (_attempts).
@@ -122,7 +129,10 @@ class ModelCalls(Served):
             raise ApplicationError(
                 text,
                 failed,
-                type="ModelHTTPError",
+                # Too long a prompt: the run compacts and calls again (_context_window).
+                type=type(err).__name__
+                if isinstance(err, PromptTooLongError)
+                else "ModelHTTPError",
                 non_retryable=not err.retryable,
                 next_retry_delay=(timedelta(seconds=err.retry_after) if err.retry_after else None),
             ) from None
