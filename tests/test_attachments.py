@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from toren.agent._config import AgentConfig
 from toren.agent._context import ToolContext
 from toren.agent._tool import Tool
 from toren.store import _attachments as attachments
@@ -317,10 +316,7 @@ def test_unknown_and_malformed_ids(store: AttachmentStore) -> None:
 
 
 def make_tool() -> Tool:
-    [tool] = read_attachment.tools(
-        AgentConfig.model_validate({"name": "a", "model": "mock/x"}), "read_attachment"
-    )
-    return tool
+    return read_attachment.tool
 
 
 TOOL = make_tool()

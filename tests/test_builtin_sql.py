@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from toren.agent._config import AgentConfig
 from toren.agent._context import ToolContext
 from toren.agent._tool import Tool
 from toren.testing import free_port
@@ -35,10 +34,7 @@ from toren.worker.tools._sql_query import RESULT_BYTES, SqlQueryError
 
 
 def make_tool() -> Tool:
-    [tool] = sql_query.tools(
-        AgentConfig.model_validate({"name": "a", "model": "mock/x"}), "sql_query"
-    )
-    return tool
+    return sql_query.tool
 
 
 TOOL = make_tool()

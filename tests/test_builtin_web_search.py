@@ -53,9 +53,7 @@ TAVILY_OK = {
 
 
 def make_tool() -> Tool:
-    config = AgentConfig.model_validate({"name": "a", "model": "mock/x"})
-    [tool] = web_search.tools(config, "web_search")
-    return tool
+    return web_search.tool
 
 
 TOOL = make_tool()

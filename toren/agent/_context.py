@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from toren.agent._code_request import CodeRequest
 from toren.agent._code_run import CodeRun
 
 __all__ = [
@@ -178,16 +179,8 @@ class CallHooks(Protocol):
         """Run another tool of the agent now, inside this call."""
         ...
 
-    async def run_code(
-        self,
-        ctx: ToolContext,
-        source: str,
-        modules: Mapping[str, str],
-        entry: str,
-        args: Sequence[Any],
-        timeout_s: float,
-    ) -> CodeRun:
-        """Run Python `source` in the sandbox, in the run's workspace."""
+    async def run_code(self, ctx: ToolContext, request: CodeRequest) -> CodeRun:
+        """Run `request`'s Python source in the sandbox, in the run's workspace."""
         ...
 
     async def workspace(self, ctx: ToolContext) -> Path:
@@ -357,7 +350,8 @@ class ToolContext:
         """
         if self.hooks is None:
             raise RuntimeError("run_code needs a run (no hooks in this context)")
-        return await self.hooks.run_code(self, source, dict(modules or {}), entry, args, timeout_s)
+        request = CodeRequest(source, dict(modules or {}), entry, args, timeout_s)
+        return await self.hooks.run_code(self, request)
 
     async def workspace(self) -> Path:
         """The run's workspace directory on this worker, as the run's last call left it.

@@ -1,14 +1,17 @@
 """Request and response bodies of the HTTP API, as pydantic models (the OpenAPI schema's source).
 
 Requests forbid unknown fields, so a typo (`promt`) is an error naming the field instead of a
-silently ignored key.
+silently ignored key. A waiting call and a decision go out as the contract's own records
+(`PendingApproval`, `Decision`), so the HTTP body and the run's query answer cannot drift apart.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from toren.agent._types import Decision, PendingApproval
 
 __all__ = [
     "Answer",
@@ -19,7 +22,6 @@ __all__ = [
     "InboxEntry",
     "InboxList",
     "MessageList",
-    "Pending",
     "PendingList",
     "Queued",
     "RunStarted",
@@ -127,22 +129,10 @@ class RunStatus(BaseModel):
     """The result, once completed."""
 
 
-class Pending(BaseModel):
-    """A call waiting for a decision."""
-
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    requested_at: str
-    reason: str
-    step: int
-    expires_at: str | None = None
-
-
 class PendingList(BaseModel):
     """The calls of one run or thread waiting for a decision."""
 
-    pending: list[Pending]
+    pending: list[PendingApproval]
 
 
 class InboxEntry(BaseModel):
@@ -151,7 +141,7 @@ class InboxEntry(BaseModel):
     run_id: str
     agent: str
     age_s: float
-    call: Pending
+    call: PendingApproval
 
 
 class InboxList(BaseModel):
@@ -160,15 +150,8 @@ class InboxList(BaseModel):
     inbox: list[InboxEntry]
 
 
-class DecisionOut(BaseModel):
+class DecisionOut(RootModel[Decision]):
     """The decision as the run recorded it."""
-
-    call_id: str
-    approved: bool
-    by: str
-    comment: str
-    at: str
-    via: str
 
 
 class EventList(BaseModel):

@@ -199,7 +199,7 @@ class Handlers:
         """`GET /v1/runs/{id}/pending` (and for a thread)."""
         found = await self._target(request, thread_only=thread_only)
         calls = await toren_client.pending(await self._client(), found.id)
-        return _out(m.PendingList(pending=[m.Pending(**c.__dict__) for c in calls]))
+        return _out(m.PendingList(pending=calls))
 
     async def decide(self, request: Request, thread_only: bool = False) -> Response:
         """`POST /v1/runs/{id}/decisions`: through the run's `decide` update."""
@@ -215,7 +215,7 @@ class Handlers:
             by=req.by or "web",
             comment=req.comment,
         )
-        return _out(m.DecisionOut(**decision.__dict__))
+        return _out(m.DecisionOut(decision))
 
     async def inbox(self, request: Request) -> Response:
         """`GET /v1/inbox?agent=`: every waiting call this token may see."""
@@ -237,7 +237,7 @@ class Handlers:
                 run_id=i.run_id,
                 agent=i.agent,
                 age_s=i.age.total_seconds(),
-                call=m.Pending(**i.call.__dict__),
+                call=i.call,
             )
             for i in items
             if access.allows(i.agent)

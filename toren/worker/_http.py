@@ -20,11 +20,11 @@ none either.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict, Unpack
 
 import httpx
 
@@ -34,6 +34,7 @@ from toren.worker._redact import redactor
 __all__ = [
     "RETRYABLE_STATUSES",
     "HTTPFailure",
+    "PostOptions",
     "error_message",
     "post_json",
     "post_stream",
@@ -48,6 +49,22 @@ DETAIL_CHARS = 300
 """How much of a server's error detail, or of a body that is not JSON, an error quotes."""
 
 Reason = Literal["url", "unreachable", "status", "not_json"]
+
+
+class PostOptions(TypedDict):
+    """The keyword options `post_json` and `post_stream` both take."""
+
+    secret: str
+    """The API key; it is replaced by `[redacted]` in every error text (in each form
+    `toren.worker._redact` knows)."""
+    transport: httpx.AsyncBaseTransport | None
+    """An httpx transport to use instead of the network (tests pass an `httpx.MockTransport`),
+    or None."""
+    timeout: float
+    """Seconds httpx allows for each of connecting, writing, reading and pool waits."""
+    detail: NotRequired[Callable[[Any], str | None] | None]
+    """Picks the message out of an error reply's decoded JSON, or returns None to quote the
+    body's text; `error_message` (the common `{"error": {"message": ...}}` shapes) by default."""
 
 
 class HTTPFailure(TorenError):
@@ -93,11 +110,7 @@ async def post_json(
     url: str,
     body: Mapping[str, Any],
     headers: Mapping[str, str],
-    *,
-    secret: str,
-    transport: httpx.AsyncBaseTransport | None,
-    timeout: float,
-    detail: Callable[[Any], str | None] | None = None,
+    **options: Unpack[PostOptions],
 ) -> Any:
     """POST `body` as JSON and return the decoded JSON of a 2xx reply, without retrying.
 
@@ -106,14 +119,7 @@ async def post_json(
         url: Where to post.
         body: The JSON body.
         headers: Headers to send (auth, versions, `Accept`).
-        secret: The API key; it is replaced by `[redacted]` in every error text (in each form
-            `toren.worker._redact` knows).
-        transport: An httpx transport to use instead of the network (tests pass an
-            `httpx.MockTransport`), or None.
-        timeout: Seconds httpx allows for each of connecting, writing, reading and pool waits.
-        detail: Picks the message out of an error reply's decoded JSON, or returns None to quote
-            the body's text; `error_message` (the common `{"error": {"message": ...}}` shapes)
-            by default.
+        **options: `secret`, `transport`, `timeout` and `detail` (see `PostOptions`).
 
     Returns:
         The decoded JSON of a 2xx reply.
@@ -122,21 +128,14 @@ async def post_json(
         HTTPFailure: The URL cannot work, the server could not be reached or timed out, it
             answered a non-2xx status, or a 2xx body that is not JSON.
     """
-    try:
+    secret = options["secret"]
+    with _failures(label, url, secret, started=None):
         # A client per call: no pool outlives the activity's event loop.
-        async with httpx.AsyncClient(transport=transport, timeout=timeout) as client:
+        async with _client(options) as client:
             response = await client.post(url, json=body, headers=dict(headers))
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        # A bad URL never starts working; do not let Temporal retry it.
-        raise HTTPFailure(f"{label}: cannot call {url!r}: {exc}", "url", secret=secret) from None
-    except httpx.HTTPError as exc:
-        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
-        raise HTTPFailure(
-            f"{label} {kind}: {type(exc).__name__}: {exc}", "unreachable", secret=secret
-        ) from None
     status = response.status_code
     if not response.is_success:
-        raise _status_failure(label, response, secret, detail)
+        raise _status_failure(label, response, secret, options.get("detail"))
     try:
         return response.json()
     except ValueError:
@@ -154,11 +153,7 @@ async def post_stream(
     url: str,
     body: Mapping[str, Any],
     headers: Mapping[str, str],
-    *,
-    secret: str,
-    transport: httpx.AsyncBaseTransport | None,
-    timeout: float,
-    detail: Callable[[Any], str | None] | None = None,
+    **options: Unpack[PostOptions],
 ) -> AsyncIterator[httpx.Response]:
     """POST `body` as JSON and read a 2xx reply as it arrives (a stream), without retrying.
 
@@ -181,26 +176,18 @@ async def post_stream(
         HTTPFailure: as `post_json`; a connection lost or a read timed out mid-stream is
             `unreachable` (retryable), and its message says it happened mid-stream.
     """
-    started = False
-    try:
+    secret = options["secret"]
+    started: list[bool] = []
+    with _failures(label, url, secret, started):
         async with (
-            httpx.AsyncClient(transport=transport, timeout=timeout) as client,
+            _client(options) as client,
             client.stream("POST", url, json=body, headers=dict(headers)) as response,
         ):
             if not response.is_success:
                 await response.aread()
-                raise _status_failure(label, response, secret, detail)
-            started = True
+                raise _status_failure(label, response, secret, options.get("detail"))
+            started.append(True)
             yield response
-    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-        raise HTTPFailure(f"{label}: cannot call {url!r}: {exc}", "url", secret=secret) from None
-    except httpx.HTTPError as exc:
-        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
-        if started:
-            kind = "timed out mid-stream" if kind == "timed out" else "broke off mid-stream"
-        raise HTTPFailure(
-            f"{label} {kind}: {type(exc).__name__}: {exc}", "unreachable", secret=secret
-        ) from None
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
@@ -246,6 +233,27 @@ def error_message(data: Any) -> str | None:
     if isinstance(data.get("message"), str) and data["message"]:
         return str(data["message"])[:DETAIL_CHARS]
     return None
+
+
+def _client(options: PostOptions) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=options["transport"], timeout=options["timeout"])
+
+
+@contextmanager
+def _failures(label: str, url: str, secret: str, started: list[bool] | None) -> Iterator[None]:
+    """Turn httpx's errors into `HTTPFailure`; a non-empty `started` means mid-stream."""
+    try:
+        yield
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        # A bad URL never starts working; do not let Temporal retry it.
+        raise HTTPFailure(f"{label}: cannot call {url!r}: {exc}", "url", secret=secret) from None
+    except httpx.HTTPError as exc:
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
+        if started:
+            kind = "timed out mid-stream" if kind == "timed out" else "broke off mid-stream"
+        raise HTTPFailure(
+            f"{label} {kind}: {type(exc).__name__}: {exc}", "unreachable", secret=secret
+        ) from None
 
 
 def _status_failure(

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from toren.agent._code_request import CodeRequest
 from toren.agent._code_run import CodeRun
 from toren.agent._config import SandboxConfig
 from toren.agent._context import ExecutionState, ToolContext, ToolResult
@@ -158,20 +159,18 @@ class RunHooks:
         """The conversation so far, across continue-as-new (queries `transcript_segment`)."""
         return await read_transcript(self.run_key)
 
-    async def run_code(
-        self,
-        ctx: ToolContext,
-        source: str,
-        modules: Mapping[str, str],
-        entry: str,
-        args: Sequence[Any],
-        timeout_s: float,
-    ) -> CodeRun:
-        """Run `source` in bash's jail (without network) in the run's workspace."""
+    async def run_code(self, ctx: ToolContext, request: CodeRequest) -> CodeRun:
+        """Run `request` in bash's jail (without network) in the run's workspace."""
         jail = code_jail(self.loaded.agent.config)
         workspace = await self.workspace(ctx)
         return await run_code(
-            jail, workspace, source, modules=modules, entry=entry, args=args, timeout_s=timeout_s
+            jail,
+            workspace,
+            request.source,
+            modules=request.modules,
+            entry=request.entry,
+            args=request.args,
+            timeout_s=request.timeout_s,
         )
 
     async def invoke(self, ctx: ToolContext, name: str, args: Mapping[str, Any]) -> ToolResult:

@@ -1,7 +1,9 @@
 """Built-in tools, declared by name in agent.yaml (`builtin_tools: [...]`, `sandbox: true`).
 
 Each built-in is an ordinary `Tool` with a contract and runs as an activity like any other.
-A module per built-in exposes `tools(config) -> list[Tool]`; this module is their registry.
+A module per built-in exposes its `tool` (a fixed contract, e.g. `web_search`) or
+`tools(config, name) -> list[Tool]` (built from agent.yaml, e.g. the sandbox's); this module
+is their registry.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ BUILTINS: dict[str, tuple[str, list[str]]] = {
     "run_process": ("toren.worker.tools._processes", []),
     "check_run": ("toren.worker.tools._processes", []),
 }
-"""Built-in name → (module with `tools(config, name)`, env names it requires)."""
+"""Built-in name → (module with `tool` or `tools(config, name)`, env names it requires)."""
 
 SANDBOX_MODULE = "toren.worker.tools._sandbox"
 """`sandbox: true` adds this module's `tools(config, "sandbox")`: bash plus the file tools."""
@@ -65,7 +67,7 @@ def builtin_tools(config: AgentConfig, path: Path) -> tuple[list[Tool], list[str
             problems.append(f"{path}: builtin_tools: {name!r} is not available here ({err})")
             continue
         try:
-            tools += module.tools(config, name)
+            tools += module.tools(config, name) if hasattr(module, "tools") else [module.tool]
         except ConfigError as err:  # e.g. bash cannot be jailed on this worker
             problems += [f"{path}: {name}: {p}" for p in err.problems]
         except Exception as err:  # a broken built-in: one problem among the others

@@ -14,19 +14,15 @@ attached to the current run can be read. They are read from `attachments/` in th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from toren.agent._context import ToolContext, Variable
-from toren.agent._tool import Tool
 from toren.store._attachments import ENV_VAR, AttachmentError, open_store
 from toren.worker.tools._read_only import read_only_tool
 
-if TYPE_CHECKING:
-    from toren.agent._config import AgentConfig
-
-__all__ = ["ReadAttachmentInput", "read", "tools"]
+__all__ = ["ReadAttachmentInput", "read", "tool"]
 
 
 class ReadAttachmentInput(BaseModel):
@@ -72,19 +68,16 @@ def read(args: ReadAttachmentInput, ctx: ToolContext) -> dict[str, Any]:
     }
 
 
-def tools(config: AgentConfig, name: str) -> list[Tool]:
-    """The `read_attachment` tool (the registry's entry point; no options)."""
-    return [
-        read_only_tool(
-            name="read_attachment",
-            description=(
-                "Read a file attached to this run, one page (~4,000 characters) at a time. "
-                "The reply says how many pages there are (`of`); read further pages as needed."
-            ),
-            input=ReadAttachmentInput,
-            # Pages never change once stored: a repeated read returns the same text.
-            timeout_ms=10_000,
-            variables=[Variable(ENV_VAR, type="text", required=False)],
-            handler=read,
-        )
-    ]
+tool = read_only_tool(
+    name="read_attachment",
+    description=(
+        "Read a file attached to this run, one page (~4,000 characters) at a time. "
+        "The reply says how many pages there are (`of`); read further pages as needed."
+    ),
+    input=ReadAttachmentInput,
+    # Pages never change once stored: a repeated read returns the same text.
+    timeout_ms=10_000,
+    variables=[Variable(ENV_VAR, type="text", required=False)],
+    handler=read,
+)
+"""The `read_attachment` tool: its contract is fixed, agent.yaml holds no options for it."""

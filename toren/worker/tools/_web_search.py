@@ -20,22 +20,18 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.exceptions import ApplicationError
 
 from toren.agent._context import ToolContext, Variable
-from toren.agent._tool import Tool
 from toren.errors import WebSearchError
 from toren.worker._http import HTTPFailure, post_json
 from toren.worker.tools._read_only import read_only_tool
 
-if TYPE_CHECKING:
-    from toren.agent._config import AgentConfig
-
-__all__ = ["DEFAULT_BASE_URL", "WebSearchError", "WebSearchInput", "search", "tools"]
+__all__ = ["DEFAULT_BASE_URL", "WebSearchError", "WebSearchInput", "search", "tool"]
 
 DEFAULT_BASE_URL = "https://api.tavily.com"
 """Tavily's API root; `TAVILY_BASE_URL` in the agent's env overrides it."""
@@ -166,19 +162,16 @@ def _detail(data: Any) -> str | None:
     return json.dumps(data)[:300]
 
 
-def tools(config: AgentConfig, name: str) -> list[Tool]:
-    """The `web_search` tool (the registry's entry point; `config` holds no options for it)."""
-    return [
-        read_only_tool(
-            name="web_search",
-            description=(
-                "Search the web. Returns a short answer and the top results, each with a "
-                "title, URL and snippet. Cite the URLs you use."
-            ),
-            input=WebSearchInput,
-            timeout_ms=30_000,
-            # Optional and not secret: resolved into ctx.env from the worker's environment.
-            variables=[Variable("TAVILY_BASE_URL", type="text", required=False)],
-            handler=search,
-        )
-    ]
+tool = read_only_tool(
+    name="web_search",
+    description=(
+        "Search the web. Returns a short answer and the top results, each with a "
+        "title, URL and snippet. Cite the URLs you use."
+    ),
+    input=WebSearchInput,
+    timeout_ms=30_000,
+    # Optional and not secret: resolved into ctx.env from the worker's environment.
+    variables=[Variable("TAVILY_BASE_URL", type="text", required=False)],
+    handler=search,
+)
+"""The `web_search` tool: its contract is fixed, agent.yaml holds no options for it."""

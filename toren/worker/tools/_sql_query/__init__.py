@@ -37,27 +37,23 @@ both build.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from toren.agent._context import ToolContext, Variable
-from toren.agent._tool import Tool
 from toren.errors import SqlQueryError
 from toren.worker.tools._read_only import read_only_tool
 from toren.worker.tools._sql_query._postgres import run_postgres
 from toren.worker.tools._sql_query._rows import RESULT_BYTES
 from toren.worker.tools._sql_query._sqlite import run_sqlite, sqlite_path
 
-if TYPE_CHECKING:
-    from toren.agent._config import AgentConfig
-
 __all__ = [
     "RESULT_BYTES",
     "SqlQueryError",
     "SqlQueryInput",
     "run_query",
-    "tools",
+    "tool",
 ]
 
 TOOL_TIMEOUT_MS = 30_000
@@ -140,22 +136,19 @@ def _statement_timeout(env: Mapping[str, str]) -> int:
     return min(value, MAX_STATEMENT_TIMEOUT_MS)
 
 
-def tools(config: AgentConfig, name: str) -> list[Tool]:
-    """The `sql_query` tool (the registry's entry point; `config` holds no options for it)."""
-    return [
-        read_only_tool(
-            name="sql_query",
-            description=(
-                "Run one read-only SQL query (SELECT / WITH ... SELECT) against the database "
-                "and get rows back as JSON objects. Writes, DDL and multiple statements are "
-                "refused. Inspect the schema first: SQLite `SELECT sql FROM sqlite_master`, "
-                "PostgreSQL `SELECT table_name, column_name, data_type FROM "
-                "information_schema.columns WHERE table_schema = 'public'`."
-            ),
-            input=SqlQueryInput,
-            timeout_ms=TOOL_TIMEOUT_MS,
-            # Optional and not secret: resolved into ctx.env from the worker's environment.
-            variables=[Variable("SQL_STATEMENT_TIMEOUT_MS", type="text", required=False)],
-            handler=run_query,
-        )
-    ]
+tool = read_only_tool(
+    name="sql_query",
+    description=(
+        "Run one read-only SQL query (SELECT / WITH ... SELECT) against the database "
+        "and get rows back as JSON objects. Writes, DDL and multiple statements are "
+        "refused. Inspect the schema first: SQLite `SELECT sql FROM sqlite_master`, "
+        "PostgreSQL `SELECT table_name, column_name, data_type FROM "
+        "information_schema.columns WHERE table_schema = 'public'`."
+    ),
+    input=SqlQueryInput,
+    timeout_ms=TOOL_TIMEOUT_MS,
+    # Optional and not secret: resolved into ctx.env from the worker's environment.
+    variables=[Variable("SQL_STATEMENT_TIMEOUT_MS", type="text", required=False)],
+    handler=run_query,
+)
+"""The `sql_query` tool: its contract is fixed, agent.yaml holds no options for it."""

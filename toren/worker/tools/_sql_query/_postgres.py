@@ -10,17 +10,12 @@ run_postgres("postgresql://agent_ro:pw@db.internal/shop", "SELECT * FROM orders"
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Any
 
 from toren.errors import SqlQueryError
 from toren.worker._redact import redactor
-from toren.worker.tools._sql_query._rows import (
-    MAX_VALUE_BYTES,
-    READ_ONLY_HINT,
-    VALUE_HINT,
-    Collector,
-    describe,
-)
+from toren.worker.tools._sql_query import _rows
 
 __all__ = ["CONNECT_TIMEOUT_S", "run_postgres"]
 
@@ -91,7 +86,7 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
         )
     except psycopg.Error as err:
         raise SqlQueryError(
-            redactor([url, password]).text(f"cannot connect to PostgreSQL: {describe(err)}")
+            redactor([url, password]).text(f"cannot connect to PostgreSQL: {_rows.describe(err)}")
         ) from None
     try:
         conn.execute("SET default_transaction_read_only = on")
@@ -114,11 +109,9 @@ def run_postgres(url: str, query: str, limit: int, timeout_ms: int) -> dict[str,
         # an owner run) are syntax errors there. With no params, % and {} are sent as is.
         with conn.cursor(name=_CURSOR, scrollable=False) as cursor:
             cursor.execute(_checked(conn, query))
-            collector = Collector([c.name for c in cursor.description or ()], limit)
-            while batch := cursor.fetchmany(_FETCH_ROWS):
-                if not all(collector.add(values) for values in batch):
-                    break
-            return collector.result()
+            batches = iter(lambda: cursor.fetchmany(_FETCH_ROWS), [])
+            columns = [c.name for c in cursor.description or ()]
+            return _rows.collect(columns, itertools.chain.from_iterable(batches), limit)
     except psycopg.Error as err:
         raise SqlQueryError(redactor([url, password]).text(_postgres_message(err))) from None
     finally:
@@ -147,7 +140,7 @@ def _checked(conn: Any, query: str) -> str:
 
     failure: psycopg.Error | None = None
     for candidate in candidates:
-        checked = _CHECKED.format(query=candidate, limit=MAX_VALUE_BYTES)
+        checked = _CHECKED.format(query=candidate, limit=_rows.MAX_VALUE_BYTES)
         try:
             # A savepoint: a refused candidate leaves the read-only transaction usable.
             with conn.transaction():
@@ -165,18 +158,15 @@ def _checked(conn: Any, query: str) -> str:
 
 
 def _postgres_message(err: Any) -> str:
-    text = _without_declare(describe(err))
+    text = _without_declare(_rows.describe(err))
     sqlstate = getattr(err, "sqlstate", None)
     if _TOO_BIG in text:
         size = text.split(_TOO_BIG, 1)[1].split('"', 1)[0]
-        return (
-            f"PostgreSQL refused the query: a row of {int(size):,} bytes is over sql_query's "
-            f"{MAX_VALUE_BYTES:,}-byte limit per row; {VALUE_HINT}"
-        )
+        return _rows.too_big("PostgreSQL", f"a row of {int(size):,} bytes is", "row")
     if sqlstate is None:
         return f"PostgreSQL client error: {text}"
     if "multiple commands" in text:
-        return f"only one statement per call ({text}); send each query in its own call"
+        return _rows.one_statement(text)
     position = getattr(getattr(err, "diag", None), "statement_position", None)
     if sqlstate == "42601" and position == str(len(_DECLARE) + 1):
         # The grammar rejected the very first word: the statement is not a query.
@@ -187,7 +177,7 @@ def _postgres_message(err: Any) -> str:
     # read_only_sql_transaction, active_sql_transaction (SET TRANSACTION READ WRITE too late),
     # feature_not_supported (data-modifying WITH in a cursor)
     if sqlstate in ("25006", "25001", "0A000"):
-        return f"PostgreSQL refused the query: {text} ({READ_ONLY_HINT})"
+        return f"PostgreSQL refused the query: {text} ({_rows.READ_ONLY_HINT})"
     if sqlstate == "57014":  # query_canceled: the statement timeout fired
         return f"PostgreSQL cancelled the query: {text}; narrow it (WHERE, LIMIT) or aggregate"
     return f"PostgreSQL error: {text}"

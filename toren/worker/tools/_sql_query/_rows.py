@@ -1,12 +1,11 @@
-"""The rows a query returns, as the model reads them: JSON objects, bounded in count and bytes.
+"""The rows a query returns, as the model reads them, and what either backend says when it refuses.
 
 ```python
-collector = Collector(["id", "total"], limit=100)
-for row in cursor:
-    if not collector.add(row):
-        break
-collector.result()   # {"rowCount": n, "truncated": bool, "rows": [...], "note"?: str}
+collect(["id", "total"], iter(cursor.fetchone, None), limit=100)
+# {"rowCount": n, "truncated": bool, "rows": [...], "note"?: str}
 ```
+
+Rows become JSON objects, bounded in count and bytes; no row past the bound is fetched.
 """
 
 from __future__ import annotations
@@ -15,11 +14,20 @@ import datetime as dt
 import json
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["MAX_VALUE_BYTES", "READ_ONLY_HINT", "RESULT_BYTES", "Collector", "describe"]
+__all__ = [
+    "MAX_VALUE_BYTES",
+    "READ_ONLY_HINT",
+    "RESULT_BYTES",
+    "Collector",
+    "collect",
+    "describe",
+    "one_statement",
+    "too_big",
+]
 
 RESULT_BYTES = 256 * 1024
 """Upper bound of the JSON result; rows beyond it are dropped with a `note`."""
@@ -83,6 +91,28 @@ class Collector:
                 )
             out["note"] = note
         return out
+
+
+def collect(columns: Sequence[str], rows: Iterable[Sequence[Any]], limit: int) -> dict[str, Any]:
+    """The tool's reply for `rows`, read only as far as `limit` and the byte budget allow."""
+    collector = Collector(columns, limit)
+    for row in rows:
+        if not collector.add(row):
+            break
+    return collector.result()
+
+
+def one_statement(text: str) -> str:
+    """Said when the database saw more than one statement (`text` is its own complaint)."""
+    return f"only one statement per call ({text}); send each query in its own call"
+
+
+def too_big(backend: str, what: str, per: str) -> str:
+    """Said when `what` is over `MAX_VALUE_BYTES` per `per` (a row, a value)."""
+    return (
+        f"{backend} refused the query: {what} over sql_query's {MAX_VALUE_BYTES:,}-byte limit "
+        f"per {per}; {VALUE_HINT}"
+    )
 
 
 def _unique(columns: Sequence[str]) -> list[str]:

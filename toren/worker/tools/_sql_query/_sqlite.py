@@ -16,13 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toren.errors import SqlQueryError
-from toren.worker.tools._sql_query._rows import (
-    MAX_VALUE_BYTES,
-    READ_ONLY_HINT,
-    VALUE_HINT,
-    Collector,
-    describe,
-)
+from toren.worker.tools._sql_query import _rows
 
 __all__ = ["run_sqlite", "sqlite_path"]
 
@@ -129,7 +123,7 @@ def run_sqlite(path: Path, query: str, limit: int, timeout_ms: int) -> dict[str,
         # attaches its target) fails even before the authorizer is asked.
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         # No string or blob past MAX_VALUE_BYTES is ever built in the worker's memory.
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _rows.MAX_VALUE_BYTES)
         conn.set_authorizer(_sqlite_authorizer(denied))
         deadline = time.monotonic() + timeout_ms / 1000
         # A runaway query (a huge cross join) is interrupted at the statement timeout.
@@ -141,37 +135,29 @@ def run_sqlite(path: Path, query: str, limit: int, timeout_ms: int) -> dict[str,
                     "the statement returned no rows to read; sql_query runs one query that "
                     "returns rows (SELECT, WITH ... SELECT, VALUES)"
                 )
-            collector = Collector([d[0] for d in cursor.description], limit)
-            for row in iter(cursor.fetchone, None):
-                if not collector.add(row):
-                    break
-            return collector.result()
+            columns = [d[0] for d in cursor.description]
+            return _rows.collect(columns, iter(cursor.fetchone, None), limit)
         except sqlite3.ProgrammingError as err:
             if "one statement" in str(err):
-                raise SqlQueryError(
-                    f"only one statement per call ({err}); send each query in its own call"
-                ) from None
-            raise SqlQueryError(f"SQLite refused the query: {describe(err)}") from None
+                raise SqlQueryError(_rows.one_statement(str(err))) from None
+            raise SqlQueryError(f"SQLite refused the query: {_rows.describe(err)}") from None
         except sqlite3.Error as err:
             if denied:
                 # Name the statement's own action (CREATE TRIGGER 'x') over the schema-table
                 # write SQLite checks along the way.
                 named = [d for d in denied if not d.startswith("changing the schema")] or denied
                 raise SqlQueryError(
-                    f"SQLite refused the query: {named[0]} is not allowed; {READ_ONLY_HINT}"
+                    f"SQLite refused the query: {named[0]} is not allowed; {_rows.READ_ONLY_HINT}"
                 ) from None
             if "too big" in str(err):
-                raise SqlQueryError(
-                    f"SQLite refused the query: a string or blob over sql_query's "
-                    f"{MAX_VALUE_BYTES:,}-byte limit per value (SQLITE_LIMIT_LENGTH); "
-                    f"{VALUE_HINT}"
-                ) from None
+                per = "value (SQLITE_LIMIT_LENGTH)"
+                raise SqlQueryError(_rows.too_big("SQLite", "a string or blob", per)) from None
             if "interrupted" in str(err):
                 raise SqlQueryError(
                     f"the query was cancelled after the {timeout_ms} ms statement timeout; "
                     "narrow it (WHERE, LIMIT) or aggregate"
                 ) from None
-            raise SqlQueryError(f"SQLite error: {describe(err)}") from None
+            raise SqlQueryError(f"SQLite error: {_rows.describe(err)}") from None
     finally:
         conn.close()
 
