@@ -134,6 +134,10 @@ class ModelSettings(Strict):
     """A fixed sampling seed (OpenAI and compatible servers; Anthropic's API has none)."""
     stop: list[str] | None = Field(None, min_length=1, max_length=4)
     """Up to 4 strings that end the reply where the model writes them (one string is fine)."""
+    prompt_caching: bool | None = Field(None, alias="promptCaching")
+    """Prompt caching: unset, on where it is known to work (Anthropic's cache breakpoints,
+    OpenAI's `prompt_cache_key`); `false` turns it off; `true` also sends `prompt_cache_key` to
+    an OpenAI-compatible server."""
 
     @field_validator("stop", mode="before")
     @classmethod

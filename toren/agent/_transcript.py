@@ -182,6 +182,10 @@ class TranscriptRef:
         Carried across continue-as-new, so the worker that served the last model call finds the
         conversation in its cache instead of asking the runs of the chain for it."""
 
+    def for_model_call(self) -> dict[str, Any]:
+        """How a model activity's input names the transcript: `count`, `digest`, `since`, `tail`."""
+        return {"count": self.count, "digest": self.digest, "since": self.since, "tail": self.tail}
+
     @property
     def count(self) -> int:
         """Messages in the whole transcript, earlier runs of the chain included."""

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._budget import Budget
     from toren.workflows._context_window import ContextWindow
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
-    from toren.workflows._model_step import call_model, retry_policy
+    from toren.workflows._model_step import call_model
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
@@ -91,7 +91,7 @@ class AgentRun(RunHandlers):
             headline=self._headline,
         )
         self._status = StatusAttributes()
-        self._window: ContextWindow = ContextWindow(self, retry_policy)  # prompts fit its window
+        self._window: ContextWindow = ContextWindow(self)  # prompts fit its window
         self._executing = False
         """Whether an execution is under way (always, once an `AgentRun` has started)."""
 

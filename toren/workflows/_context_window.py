@@ -22,12 +22,9 @@ continue-as-new (per message: its size and role, never its text).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -41,17 +38,15 @@ with workflow.unsafe.imports_passed_through():
         message_chars,
         refused_window,
     )
-    from toren.agent._spec import ModelRetry
     from toren.agent._transcript import TranscriptRef
     from toren.agent._types import ModelCallResult, RunState
     from toren.workflows._budget import CHARS_PER_TOKEN, Budget
+    from toren.workflows._model_activity import model_activity
 
 __all__ = ["PATCH", "ContextWindow"]
 
 PATCH = "toren-context-compaction"
 """The `workflow.patched` id: runs recorded before compaction replay without it."""
-SUMMARY_TIMEOUT = timedelta(minutes=5)
-"""Start-to-close of one summarising attempt."""
 TARGET_SHARE = 0.5
 """A compaction brings the prompt down to about this share of the window."""
 ELIDE_MIN_CHARS = 2_000
@@ -74,9 +69,8 @@ class Host(Protocol):
 class ContextWindow:
     """The run's view of its context window: estimates, plans, compactions, refusals."""
 
-    def __init__(self, host: Host, retry_policy: Callable[[ModelRetry], RetryPolicy]) -> None:
+    def __init__(self, host: Host) -> None:
         self._host = host
-        self._retry_policy = retry_policy
         self._lock = asyncio.Lock()
         """One compaction at a time: the `compact` update and a step's own."""
         self._sent_view = 0
@@ -270,15 +264,12 @@ class ContextWindow:
         spec = run.spec
         assert spec is not None
         settings = self._settings
-        reply: ModelCallResult = await workflow.execute_activity(
+        reply = await model_activity(
             COMPACT_ACTIVITY,
             CompactInput(
                 agent=spec.name,
                 model=spec.model,
-                count=transcript.count,
-                digest=transcript.digest,
-                since=transcript.since,
-                tail=transcript.tail,
+                **transcript.for_model_call(),
                 start=start,
                 end=end,
                 step=run.step,
@@ -287,11 +278,8 @@ class ContextWindow:
                 # The summarising call must fit the window too: the newest part is kept.
                 max_chars=int(window * CHARS_PER_TOKEN * TARGET_SHARE) if window else 400_000,
             ),
-            result_type=ModelCallResult,
-            start_to_close_timeout=SUMMARY_TIMEOUT,
-            heartbeat_timeout=spec.heartbeat_timeout(SUMMARY_TIMEOUT),
-            retry_policy=self._retry_policy(spec.model_retry),
-            summary=f"compact messages {start}-{end - 1} ({spec.model})",
+            spec,
+            f"compact messages {start}-{end - 1} ({spec.model})",
         )
         spent = run.spent.get("last_prompt", 0)
         host._budget.after_call(spec, reply)  # paid for like any model call

@@ -8,27 +8,23 @@ publish comes back in its result and is published here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._spec import AgentSpec, ModelRetry
+    from toren.agent._spec import AgentSpec
     from toren.agent._transcript import TranscriptRef
     from toren.agent._types import ModelCallInput, ModelCallResult, RunState
     from toren.errors import RunError
     from toren.workflows._budget import Budget
     from toren.workflows._context_window import ContextWindow
+    from toren.workflows._model_activity import model_activity
 
-__all__ = ["MODEL_TIMEOUT", "call_model", "retry_policy"]
+__all__ = ["call_model"]
 
 Message = dict[str, Any]
-
-MODEL_TIMEOUT = timedelta(minutes=5)
-"""Start-to-close of one model attempt (the provider's own HTTP timeout ends it sooner)."""
 
 
 async def call_model(
@@ -52,24 +48,17 @@ async def call_model(
     budget.before_call(spec, _since_last_reply(run.messages))
     plan = await window.before_call()
     try:
-        reply: ModelCallResult = await workflow.execute_activity(
+        reply = await model_activity(
             "toren.call_model",
             ModelCallInput(
                 agent=spec.name,
-                count=transcript.count,
-                digest=transcript.digest,
-                since=transcript.since,
-                tail=transcript.tail,
+                **transcript.for_model_call(),
                 step=run.step,
                 model=spec.model,
                 context=plan,
             ),
-            result_type=ModelCallResult,
-            start_to_close_timeout=MODEL_TIMEOUT,
-            # A worker that dies mid-call is noticed in seconds, not at the 5-minute timeout.
-            heartbeat_timeout=spec.heartbeat_timeout(MODEL_TIMEOUT),
-            retry_policy=retry_policy(spec.model_retry),
-            summary=f"model step {run.step} ({spec.model})",
+            spec,
+            f"model step {run.step} ({spec.model})",
         )
     except ActivityError as err:
         if await window.refused(err, run.step):
@@ -94,13 +83,3 @@ def _since_last_reply(messages: list[Message]) -> list[Message]:
         if messages[i].get("role") == "assistant" and not messages[i].get("queued"):
             return messages[i + 1 :]
     return messages
-
-
-def retry_policy(retry: ModelRetry) -> RetryPolicy:
-    """The model call's retry policy: agent.yaml `modelRetry`, backoff doubling each time."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=retry.initial_interval_s),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=retry.max_interval_s),
-        maximum_attempts=retry.max_attempts,
-    )

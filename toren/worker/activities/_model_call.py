@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from toren.agent._attempts import carried, usage_of, with_failure, with_usage
-from toren.agent._context_plan import view
+from toren.agent._context_plan import COMPACT_ACTIVITY, SUMMARY_MAX_TOKENS, CompactInput, view
 from toren.agent._payload_limits import cut_message, shown_to_model
 from toren.agent._tool import Tool
 from toren.agent._types import ModelCallInput, ModelCallResult
@@ -30,6 +30,7 @@ from toren.worker.activities._call_scope import (
     heartbeating,
     live_stream,
 )
+from toren.worker.activities._compact import SUMMARY_INSTRUCTIONS, conversation_text
 from toren.worker.activities._served import Served
 from toren.worker.activities._tool_call import read_transcript, run_key_of
 from toren.worker.models import ModelHTTPError, ModelReply, ModelRequest
@@ -38,7 +39,7 @@ __all__ = ["ModelCalls"]
 
 
 class ModelCalls(Served):
-    """The runtime's model half: the `toren.call_model` activity."""
+    """The runtime's model half: `toren.call_model`, and `toren.compact_context` (a summary)."""
 
     @activity.defn(name="toren.call_model")
     async def call_model(self, input: ModelCallInput) -> ModelCallResult:
@@ -101,15 +102,34 @@ class ModelCalls(Served):
         # A model may repeat a secret it was given (in a prompt, say): its reply is redacted too.
         message = cut_message(redactor.value(reply.message()))
         self.transcripts.store(run_key, [*messages, message])
-        return ModelCallResult(
-            message=message,
-            usage=reply.usage,
-            model=reply.model,
-            finish_reason=reply.finish_reason,
-            earlier_usage=usage_of(earlier),
-            attempt=info.attempt,
-            live=live.tail if live is not None and live.tail else None,
-        )
+        result = _result(message, reply, earlier)
+        result.live = live.tail if live is not None and live.tail else None
+        return result
+
+    @activity.defn(name=COMPACT_ACTIVITY)
+    async def compact_context(self, input: CompactInput) -> ModelCallResult:
+        """Ask the model for a summary of the transcript's span `start`..`end`."""
+        loaded = self._get(input.agent)
+        run_key = run_key_of(input.run_key)
+        ref = (input.count, input.digest, input.since, input.tail)
+        async with heartbeating():
+            # Cached by the worker that ran the run's last step, else asked of the run.
+            messages = self.transcripts.resolve(run_key, *ref)
+            if messages is None:
+                messages = await self._fetch_transcript(run_key, input.count)
+            text = conversation_text(
+                messages[input.start : input.end], input.previous_summary, input.max_chars
+            )
+            request = ModelRequest(
+                model=input.model.partition("/")[2],
+                system=input.instructions or SUMMARY_INSTRUCTIONS,
+                messages=[{"role": "user", "content": text}],
+                max_tokens=SUMMARY_MAX_TOKENS,
+            )
+            earlier = carried(activity.info().heartbeat_details)
+            redactor = loaded.redactor()
+            reply = await self._complete(loaded, request, earlier, redactor)
+        return _result(redactor.value(reply.message()), reply, earlier)
 
     async def _complete(
         self,
@@ -167,3 +187,17 @@ def _declaration(tool: Tool) -> dict[str, Any]:
         declared["provider"] = tool.execution_provider
         declared["provider_options"] = tool.provider_options
     return declared
+
+
+def _result(
+    message: dict[str, Any], reply: ModelReply, earlier: list[dict[str, Any]]
+) -> ModelCallResult:
+    """A model call's result: the (redacted) message, what it cost, and which attempt it was."""
+    return ModelCallResult(
+        message=message,
+        usage=reply.usage,
+        model=reply.model,
+        finish_reason=reply.finish_reason,
+        earlier_usage=usage_of(earlier),
+        attempt=activity.info().attempt,
+    )

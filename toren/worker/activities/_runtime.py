@@ -26,8 +26,6 @@ from toren.worker._agent import Agent, load_agent, process_specs
 from toren.worker._loaded import LoadedAgent, worker_secrets
 from toren.worker._prices import prices_for
 from toren.worker._redact import MIN_SECRET_CHARS
-from toren.worker.activities._call_scope import heartbeating
-from toren.worker.activities._compact import compact_activity
 from toren.worker.activities._model_call import ModelCalls
 from toren.worker.activities._tool_activities import ToolActivities
 from toren.worker.activities._tool_call import missing_variables
@@ -136,8 +134,9 @@ class AgentRuntime(ModelCalls, ToolActivities):
     def activities(self, agents: Sequence[LoadedAgent] | None = None) -> list[Callable[..., Any]]:
         """The activities serving `agents` (default: all): the loop's own and one per tool."""
         served = list(agents or self.agents.values())
-        acts: list[Callable[..., Any]] = [self.agent_spec, self.check_approval, self.call_model]
-        acts.append(compact_activity(self, heartbeating))  # the summarising model call
+        acts: list[Callable[..., Any]] = [
+            self.agent_spec, self.check_approval, self.call_model, self.compact_context
+        ]  # fmt: skip
         for a in served:
             for tool in a.agent.tools.values():
                 # The workflow runs native tools; the model's provider runs provider tools.
