@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from toren.agent._code_request import CodeRequest
-from toren.agent._code_run import CodeRun
+from toren.agent._code_run import CodeRequest, CodeRun
 
 __all__ = [
     "Attachment",

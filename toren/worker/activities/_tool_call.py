@@ -21,8 +21,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from toren.agent._code_request import CodeRequest
-from toren.agent._code_run import CodeRun
+from toren.agent._code_run import CodeRequest, CodeRun
 from toren.agent._config import SandboxConfig
 from toren.agent._context import ExecutionState, ToolContext, ToolResult
 from toren.agent._payload_limits import MAX_CHANGES_BYTES, cut_text
