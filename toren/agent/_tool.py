@@ -40,6 +40,13 @@ ExecutionMode = Literal["local", "provider"]
 Handler = Callable[[Any, "ToolContext"], Any | Awaitable[Any]]
 
 
+_AS_DECLARED = (
+    "description", "schema", "effects", "idempotency", "timeout_ms", "max_attempts",
+    "approval_timeout_s", "native", "execution_mode", "execution_provider", "progress_argument",
+)  # fmt: skip
+"""`ToolSpec` fields a tool's spec takes as the tool declares them (the rest are derived)."""
+
+
 @dataclass
 class Tool:
     """A tool as declared by `define_tool`; `toren.agent._define` shows the contract."""
@@ -117,21 +124,11 @@ class Tool:
         """
         return ToolSpec(
             name=self.name or "",
-            description=self.description,
-            schema=self.schema,
-            effects=self.effects,
-            idempotency=self.idempotency,
             approval=self.approval_kind,
-            timeout_ms=self.timeout_ms,
-            max_attempts=self.max_attempts,
-            approval_timeout_s=self.approval_timeout_s,
-            native=self.native,
-            execution_mode=self.execution_mode,
-            execution_provider=self.execution_provider,
-            progress_argument=self.progress_argument,
             annotations=self.annotations or None,
             workspace=self.in_workspace
             or any(u.in_workspace for u in map(tools.get, self.uses) if u),
+            **{name: getattr(self, name) for name in _AS_DECLARED},
         )
 
     def parse_args(self, args: Mapping[str, Any]) -> Any:
