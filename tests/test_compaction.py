@@ -210,3 +210,55 @@ async def _record(client: Client, thread_id: str) -> None:
     history = await client.get_workflow_handle(thread_id).fetch_history()
     HISTORY.parent.mkdir(parents=True, exist_ok=True)
     HISTORY.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+
+
+STRATEGY = """
+def newest_two(messages):
+    # The agent's own view: only the last two messages, marked so the test can tell.
+    return [{"role": "user", "content": "OWN-VIEW"}] + messages[-2:]
+"""
+
+
+async def test_an_agents_own_strategy_shapes_what_the_model_is_shown(
+    client: Client, make_agent: Callable[..., Path], fake: FakeWindow
+) -> None:
+    folder = _agent(make_agent, context={"strategy": "shaping:newest_two"})
+    (folder / "shaping.py").write_text(STRATEGY)
+    async with _serve(client, folder, fake):
+        thread = await toren_client.start_thread(client, folder.name)
+        for n in range(3):
+            answer = await toren_client.send_message(client, thread.id, f"{PASTED} m{n}")
+            assert answer["status"] == "completed", answer
+        conversation = await toren_client.messages(client, thread.id)
+        await toren_client.close_thread(client, thread.id)
+    prompts = [s for s in fake.shown if not s.summary]
+    # The system prompt, then what the agent's function returned.
+    assert prompts and all(s.messages[1]["content"] == "OWN-VIEW" for s in prompts)
+    # At most the marker and the two newest (the first call's transcript has one message),
+    # though the last prompts' transcripts held ten and more.
+    assert [len(s.messages) for s in prompts] == [3] + [4] * (len(prompts) - 1)
+    assert fake.count("summary") == 0  # toren's own compaction is off
+    assert len(conversation) == 4 * 3  # the conversation itself is whole
+
+
+@pytest.mark.parametrize(
+    ("strategy", "file", "says"),
+    [
+        ("no colon", None, "context.strategy"),
+        ("missing:fn", None, "no file missing.py beside agent.yaml"),
+        ("shaping:absent", "def other(m):\n    return m\n", "has no function 'absent'"),
+        ("shaping:fn", "raise RuntimeError('boom')\n", "failed to import: RuntimeError: boom"),
+    ],
+)
+def test_a_bad_strategy_fails_check_naming_it(
+    make_agent: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
+    strategy: str,
+    file: str | None,
+    says: str,
+) -> None:
+    folder = make_agent(context={"strategy": strategy})
+    if file is not None:
+        (folder / "shaping.py").write_text(file)
+    assert toren_main(["check", str(folder)]) == 1
+    assert says in capsys.readouterr().err

@@ -6,6 +6,7 @@ context:
   compactAt: 0.8            # compact once a prompt would pass this share of the window
   keepLastMessages: 6       # the newest messages the model always sees verbatim
   summaryInstructions: "Summarise for a support engineer; keep order ids."
+  strategy: context:shorten  # instead: shorten(messages) in context.py beside agent.yaml
 ```
 
 The workflow reads these from the recorded spec (`AgentSpec.context`, built by `recorded`), so a
@@ -36,6 +37,10 @@ class ContextConfig(BaseModel):
     """The newest messages never folded into a summary nor elided."""
     summary_instructions: str | None = Field(None, alias="summaryInstructions", min_length=1)
     """The summarising call's system prompt, instead of toren's."""
+    strategy: str | None = Field(None, pattern=r"^[A-Za-z_]\w*:[A-Za-z_]\w*$")
+    """`module:function`, a file `module.py` beside agent.yaml: the worker calls
+    `function(messages)` with the messages about to be sent and sends the list it returns,
+    instead of toren's own compaction (which is then off)."""
 
     def recorded(self, known_window: int | None = None) -> dict[str, Any]:
         """The settings as the workflow records them in the agent's spec.
@@ -47,4 +52,5 @@ class ContextConfig(BaseModel):
             "compact_at": self.compact_at,
             "keep_last": self.keep_last_messages,
             "summary_instructions": self.summary_instructions,
+            **({"strategy": self.strategy} if self.strategy else {}),
         }

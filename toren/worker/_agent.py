@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ class Agent:
     folder: Path
     instructions: str
     tools: dict[str, Tool] = field(default_factory=dict)
+    context_strategy: Callable[[list[dict[str, Any]]], Any] | None = None
+    """agent.yaml `context.strategy`: shapes the messages each model call sends."""
 
     @property
     def name(self) -> str:
@@ -131,9 +133,40 @@ def load_agent(folder: str | Path) -> Agent:
                     f"{tools[name].execution_provider} runs inside the model call: no tool can "
                     "invoke it"
                 )
+    strategy = _context_strategy(folder, config, path, problems)
     if problems:
         raise ConfigError(problems)
-    return Agent(config=config, folder=folder, instructions=instructions, tools=tools)
+    return Agent(
+        config=config,
+        folder=folder,
+        instructions=instructions,
+        tools=tools,
+        context_strategy=strategy,
+    )
+
+
+def _context_strategy(
+    folder: Path, config: AgentConfig, path: Path, problems: list[str]
+) -> Callable[[list[dict[str, Any]]], Any] | None:
+    """The function `context.strategy` names (`module:function`, `module.py` in `folder`)."""
+    if not config.context.strategy:
+        return None
+    module_name, _, function = config.context.strategy.partition(":")
+    file = folder / f"{module_name}.py"
+    where = f"{path}: context.strategy: {config.context.strategy!r}"
+    if not file.is_file():
+        problems.append(f"{where}: no file {file.name} beside agent.yaml")
+        return None
+    try:
+        module = _import(file, f"toren_agents.{config.name}.{module_name}")
+    except Exception as err:
+        problems.append(f"{where}: failed to import: {type(err).__name__}: {err}")
+        return None
+    found = getattr(module, function, None)
+    if not callable(found):
+        problems.append(f"{where}: {file.name} has no function {function!r}")
+        return None
+    return found  # type: ignore[no-any-return]
 
 
 def _discover_tools(tools_dir: Path, agent: str) -> tuple[dict[str, Tool], list[str]]:

@@ -83,7 +83,9 @@ class ContextWindow:
 
     def _on(self) -> bool:
         spec = self._host._run.spec
-        return self._patched and bool(spec and spec.context is not None)
+        # A `context.strategy` of the agent's own shapes the model's view on the worker instead.
+        on = bool(spec and spec.context is not None and not spec.context.get("strategy"))
+        return self._patched and on
 
     @property
     def _state(self) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class ModelCalls(Served):
             system=loaded.agent.instructions,
             # What the model is shown: no tool result past the agent's declared limit.
             messages=shown_to_model(
-                view(messages, input.context),  # the compaction plan: what the model is shown
+                _shown(loaded, messages, input.context),
                 loaded.agent.config.limits.max_result_bytes_shown,
             ),
             tools=[_declaration(t) for t in loaded.agent.tools.values()],
@@ -201,3 +201,32 @@ def _result(
         earlier_usage=usage_of(earlier),
         attempt=activity.info().attempt,
     )
+
+
+def _shown(
+    loaded: LoadedAgent, messages: list[dict[str, Any]], plan: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """What the model is shown of `messages`: the run's compaction plan, or the agent's own.
+
+    The agent's own is its `context.strategy`, a user's function: what it returns is checked,
+    and its failure (redacted: it is recorded) is not retried.
+    """
+    strategy = loaded.agent.context_strategy
+    if strategy is None:
+        return view(messages, plan)
+    try:
+        shown = strategy([dict(m) for m in messages])
+    except Exception as err:
+        raise ApplicationError(
+            f"context.strategy of agent {loaded.agent.name!r} raised {type(err).__name__}: {err}",
+            type="ContextStrategyFailed",
+            non_retryable=True,
+        ) from None
+    if not isinstance(shown, list) or not all(isinstance(m, dict) for m in shown):
+        raise ApplicationError(
+            f"context.strategy of agent {loaded.agent.name!r} must return a list of message "
+            f"dicts, got {type(shown).__name__}",
+            type="ContextStrategyFailed",
+            non_retryable=True,
+        )
+    return shown
