@@ -108,6 +108,14 @@ def test_bad_model_settings_and_retry_name_the_key(tmp_path: Path) -> None:
     assert "modelRetry: maxIntervalS (5) is below initialIntervalS (30)" in text
 
 
+def test_thinking_is_for_anthropic_models_only(tmp_path: Path) -> None:
+    write(
+        tmp_path, "name: shop\nmodel: openai/gpt-4o\nmodelSettings: {thinkingBudgetTokens: 2048}\n"
+    )
+    with pytest.raises(ConfigError, match="thinkingBudgetTokens: only anthropic/ models take it"):
+        load_agent(tmp_path)
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [

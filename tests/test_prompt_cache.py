@@ -189,6 +189,13 @@ async def test_caching_off_sends_no_breakpoint_and_no_cache_key() -> None:
     assert "prompt_cache_key" not in recorder.body and "prompt_caching" not in recorder.body
 
 
+async def test_thinking_budget_turns_on_anthropic_extended_thinking() -> None:
+    recorder = answering(200, an_message([{"type": "text", "text": "ok"}], {}))
+    await anthropic(recorder).complete(ask(settings={"thinking_budget_tokens": 2048}))
+    assert recorder.body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert "thinking_budget_tokens" not in recorder.body
+
+
 # -- OpenAI's prompt_cache_key -----------------------------------------------------------------
 
 

@@ -215,7 +215,10 @@ class AgentConfig(Strict):
     ) -> Any:
         # Read off the keys given, so a block with other mistakes hears this in the same pass.
         problems = []
-        if str(info.data.get("model", "")).startswith("anthropic/") and isinstance(value, dict):
+        anthropic = str(info.data.get("model", "")).startswith("anthropic/")
+        if not anthropic and isinstance(value, dict) and value.get("thinkingBudgetTokens"):
+            problems.append("thinkingBudgetTokens: only anthropic/ models take it; remove it")
+        if anthropic and isinstance(value, dict):
             if value.get("seed") is not None:
                 problems.append("seed: Anthropic's API takes no seed; remove it")
             temperature = value.get("temperature")

@@ -134,6 +134,9 @@ class ModelSettings(Strict):
     """A fixed sampling seed (OpenAI and compatible servers; Anthropic's API has none)."""
     stop: list[str] | None = Field(None, min_length=1, max_length=4)
     """Up to 4 strings that end the reply where the model writes them (one string is fine)."""
+    thinking_budget_tokens: int | None = Field(None, alias="thinkingBudgetTokens", ge=1024)
+    """Anthropic's extended thinking, with this many tokens to think in (less than `maxTokens`);
+    its thinking blocks are kept and sent back within a tool loop, as the API requires."""
     prompt_caching: bool | None = Field(None, alias="promptCaching")
     """Prompt caching: unset, on where it is known to work (Anthropic's cache breakpoints,
     OpenAI's `prompt_cache_key`); `false` turns it off; `true` also sends `prompt_cache_key` to

@@ -113,6 +113,9 @@ class AnthropicModel(HTTPModel):
         for name, value in request.settings.items():
             if name == "prompt_caching":
                 continue
+            if name == "thinking_budget_tokens":
+                body["thinking"] = {"type": "enabled", "budget_tokens": value}
+                continue
             # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
             # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
             body["stop_sequences" if name == "stop" else name] = value

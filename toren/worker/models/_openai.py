@@ -35,6 +35,10 @@ __all__ = ["OpenAIModel", "OpenAIStream"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
+_NOT_SENT = ("prompt_caching", "thinking_budget_tokens")
+"""toren's settings that are not Chat Completions fields (agent.yaml refuses the second here)."""
+
+
 class OpenAIModel(HTTPModel):
     """A model behind the OpenAI Chat Completions API.
 
@@ -81,7 +85,7 @@ class OpenAIModel(HTTPModel):
             # former, and OpenAI still accepts it for non-reasoning models.
             "max_tokens": request.max_tokens,
             # toren's settings carry the Chat Completions names: temperature, top_p, seed, stop.
-            **{k: v for k, v in request.settings.items() if k != "prompt_caching"},
+            **{k: v for k, v in request.settings.items() if k not in _NOT_SENT},
         }
         if request.tools:
             body["tools"] = [
