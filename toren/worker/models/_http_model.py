@@ -29,7 +29,7 @@ from toren.worker._http import HTTPFailure, post_json, post_stream
 from toren.worker._redact import redactor
 from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
 from toren.worker.models._sse import ServerSentEvent, StreamError, events
-from toren.worker.models._window import refusal_detail, refusal_for, window_of
+from toren.worker.models._window import refusal_detail, refusal_for
 
 __all__ = ["HTTPModel", "StreamReader"]
 
@@ -99,8 +99,6 @@ class HTTPModel:
             if self.base_url == self.default_base_url
             else f"{self.vendor}-compatible server {self.base_url}"
         )
-        self.learned_windows: dict[str, int] = {}
-        """Windows the server stated when it refused a prompt for length, by model name."""
 
     def __repr__(self) -> str:
         # Where it points, and never the key.
@@ -134,7 +132,7 @@ class HTTPModel:
                 detail=refusal_detail,
             )
         except HTTPFailure as failure:
-            raise self._failed(failure, request.model) from None
+            raise self._failed(failure) from None
         return self._parsed(lambda: self.parse_reply(data, request.model))
 
     async def _streamed(
@@ -176,7 +174,7 @@ class HTTPModel:
                     else:
                         raise StreamError(f"ended the stream before its end (no {self.stream_end})")
         except HTTPFailure as failure:
-            raise self._failed(failure, request.model) from None
+            raise self._failed(failure) from None
         except StreamError as exc:
             # Retryable (status None): a stream cut short or garbled is most often a hiccup. The
             # text can quote the server (an `error` event, a data line): redact the key.
@@ -185,11 +183,7 @@ class HTTPModel:
             lambda: reader.reply(lambda body: self.parse_reply(body, request.model))
         )
 
-    def window(self, model: str) -> int | None:
-        """The context window of `model` in tokens: what this server said, else the known table."""
-        return window_of(model, self.learned_windows)
-
-    def _failed(self, failure: HTTPFailure, model: str) -> ModelHTTPError:
+    def _failed(self, failure: HTTPFailure) -> ModelHTTPError:
         """`failure` as the provider's error: a refusal for length is a `PromptTooLongError`."""
         refusal = refusal_for(str(failure)) if failure.status is not None else None
         if refusal is None:
@@ -199,8 +193,6 @@ class HTTPModel:
                 retry_after=failure.retry_after,
                 retryable=failure.retryable,
             )
-        if refusal.window:
-            self.learned_windows[model] = refusal.window
         return PromptTooLongError(
             str(failure), failure.status, refusal.window, refusal.prompt_tokens
         )

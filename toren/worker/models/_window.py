@@ -1,24 +1,23 @@
-"""The model's context window: how large it is, how large a prompt is, and a refusal for length.
+"""The model's context window: how large it is, and a refusal for length.
 
 A thread lives longer than any window, so before each call the workflow needs the window's size
-and the prompt's, and after a refusal it must know that the prompt was too long (compact and
-call again) rather than that the call failed. These are the worker's pure parts of that:
+(the worker records the table's in the agent's spec), and after a refusal it must know that the
+prompt was too long (compact and call again) rather than that the call failed. The prompt's size
+the workflow estimates itself (`toren.workflows._context_window`): the tokens the provider
+counted last time, plus characters / 4 of what was added since.
 
 ```python
 window_of("anthropic/claude-sonnet-4-20250514")        # -> 200000 (the table below)
-estimate_tokens([{"role": "user", "content": "..."}], "gpt-4o")   # tiktoken, else chars / 4
 refusal_for("HTTP 400: prompt is too long: 208410 tokens > 200000 maximum")
 # -> Refusal(window=200000, prompt_tokens=208410); None for any other error
 ```
 
 `HTTPModel` turns a refusal into `PromptTooLongError` (not retryable: the same prompt is refused
-again) and remembers the window a refusal stated, per model, on the worker.
+again), with the window it stated; the run learns the window from it.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ __all__ = [
     "CHARS_PER_TOKEN",
     "KNOWN_WINDOWS",
     "Refusal",
-    "estimate_tokens",
     "refusal_detail",
     "refusal_for",
     "window_of",
@@ -168,33 +166,6 @@ def window_of(model: str, learned: Mapping[str, int] | None = None) -> int | Non
         return KNOWN_WINDOWS[name]
     family = [known for known in KNOWN_WINDOWS if name.startswith((f"{known}-", f"{known}@"))]
     return KNOWN_WINDOWS[max(family, key=len)] if family else None
-
-
-def estimate_tokens(messages: list[dict[str, Any]], model: str = "") -> int:
-    """About how many tokens `messages` take in a prompt.
-
-    Counted with `tiktoken` when it is installed and knows `model` (OpenAI's models), else as
-    characters / `CHARS_PER_TOKEN` of each message's JSON. Either way the JSON keys count too:
-    an estimate for keeping under a window is better a little high than low.
-    """
-    encode = _encoder(model.partition("/")[2] if "/" in model else model)
-    total = 0
-    for message in messages:
-        text = json.dumps(message, ensure_ascii=False)
-        total += len(encode(text)) if encode else len(text) // CHARS_PER_TOKEN
-    return total
-
-
-@functools.cache
-def _encoder(model: str) -> Callable[[str], list[int]] | None:
-    try:
-        import tiktoken  # type: ignore[import-not-found, unused-ignore]
-
-        encoding = tiktoken.encoding_for_model(model)
-    except Exception:  # not installed, a model it does not know, or its tables not at hand
-        return None
-    encode: Callable[[str], list[int]] = encoding.encode_ordinary
-    return encode
 
 
 def _number(pattern: str, text: str) -> int | None:
