@@ -43,10 +43,8 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._budget import CHARS_PER_TOKEN, Budget
     from toren.workflows._model_activity import model_activity
 
-__all__ = ["PATCH", "ContextWindow"]
+__all__ = ["ContextWindow"]
 
-PATCH = "toren-context-compaction"
-"""The `workflow.patched` id: runs recorded before compaction replay without it."""
 TARGET_SHARE = 0.5
 """A compaction brings the prompt down to about this share of the window."""
 ELIDE_MIN_CHARS = 2_000
@@ -75,17 +73,16 @@ class ContextWindow:
         """One compaction at a time: the `compact` update and a step's own."""
         self._sent_view = 0
         """Characters of the view the model call under way was shown."""
-        # Asked once, in the run's first activation, before any command: a run recorded
-        # before compaction replays without it, whatever its later tasks hold.
-        self._patched = workflow.patched(PATCH)
 
     # -- what the run asks ---------------------------------------------------------------------
 
     def _on(self) -> bool:
+        # The recorded spec decides, so no patch is needed: a run recorded before compaction
+        # has no `context` in its spec and replays without it (a patch marked every run's
+        # history, and upserted `TemporalChangeVersion`: two events a run for nothing). A
+        # `context.strategy` of the agent's own shapes the model's view on the worker instead.
         spec = self._host._run.spec
-        # A `context.strategy` of the agent's own shapes the model's view on the worker instead.
-        on = bool(spec and spec.context is not None and not spec.context.get("strategy"))
-        return self._patched and on
+        return bool(spec and spec.context is not None and not spec.context.get("strategy"))
 
     @property
     def _state(self) -> dict[str, Any]:
