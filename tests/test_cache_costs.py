@@ -117,6 +117,7 @@ async def test_a_run_records_and_prices_the_cache_tokens_its_provider_reported(
             events = await toren_client.events(client, handle.id)
     finally:
         fake.server.shutdown()
+        fake.server.server_close()
     # Every request marked its stable prefix for the cache, within the API's four marks.
     for body in fake.bodies:
         assert 1 <= json.dumps(body).count('"cache_control"') <= 4
