@@ -77,3 +77,62 @@ async def test_chat_two_turns_an_inline_approval_and_a_resume(
         worker.wait()
     history = await fetch_history(client, thread_id)
     assert not task_failures(history)
+
+
+async def test_a_call_left_waiting_is_asked_first_when_the_chat_resumes(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    # Input ending at an approval prompt leaves the call undecided (no traceback); resuming
+    # asks it before the `you>` prompt, so the `y` typed next decides it and is no message.
+    folder = make_agent(
+        tools={"refund": GATED},
+        script=[
+            {"tool_calls": [{"name": "refund", "id": "r1", "args": {"order": "A-1"}}]},
+            "done: {last_tool_result}",
+        ],
+    )
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    thread_id = f"chat-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "toren.cli", "chat", str(folder), "--thread", thread_id]
+    try:
+        chat = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
+        chat.expect("you> ")
+        chat.sendline("refund A-1 please")
+        chat.expect(r"approve refund .*\? \[y/N\] ")
+        chat.sendeof()
+        chat.expect("left undecided: r1 keeps waiting")
+        chat.expect(f"resume: toren chat .* --thread {thread_id}")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0, chat.before
+        again = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
+        again.expect(rf"resuming thread {thread_id}")
+        again.expect(r"approve refund .*\? \[y/N\] ")
+        again.sendline("y")
+        again.expect("approved")
+        again.expect("agent> done: refunded A-1")
+        again.expect("you> ")
+        again.sendline("/close")
+        again.expect("closed after 1 messages")
+        again.expect(pexpect.EOF)
+        again.close()
+        assert again.exitstatus == 0
+    finally:
+        worker.kill()
+        worker.wait()
+    history = await fetch_history(client, thread_id)
+    assert not task_failures(history)
+    received = [
+        e
+        for e in history.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    names = [e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+             for e in received]  # fmt: skip
+    assert names.count("send_message") == 1  # the `y` was no message

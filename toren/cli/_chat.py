@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren.agent._types import PendingApproval
-from toren.cli._common import connect
+from toren.cli._common import connect, default_by
 from toren.client._stream import LiveStream
 from toren.client._threads import running_thread
 from toren.errors import RunError, UndecodablePayloadError
@@ -55,7 +55,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         agent = args.agent
     client = await connect(args)
     thread_id = await _open(client, agent, args.thread, args.user, sys.stdout)
-    return await chat(client, agent, thread_id, by=args.user or client.identity)
+    return await chat(client, agent, thread_id, by=args.user or default_by())
 
 
 async def _open(
@@ -85,8 +85,12 @@ async def chat(
     print(f"{HELP} Resume later: toren chat {agent} --thread {thread_id}", file=out, flush=True)
     while True:
         try:
+            # A call may wait from before (a chat that left, another client's message): it is
+            # asked first, or the next line typed would go to the thread as a message.
+            if await _answer_waiting(client, thread_id, by, read, out):
+                continue
             line = (await asyncio.to_thread(read, "you> ")).strip()
-        except EOFError:
+        except (EOFError, _Left):
             line = "/quit"
         if not line:
             continue
@@ -98,7 +102,35 @@ async def chat(
             assert result is not None
             print(f"closed after {result.executions} messages", file=out)
             return 0
-        await _exchange(client, thread_id, line, by, read, out)
+        try:
+            await _exchange(client, thread_id, line, by, read, out)
+        except _Left:
+            print(f"the thread goes on; resume: toren chat {agent} --thread {thread_id}", file=out)
+            return 0
+
+
+class _Left(Exception):  # noqa: N818 - a signal between two functions, never raised to a user
+    """Input ended at an approval prompt: the call stays undecided and the chat ends."""
+
+
+async def _answer_waiting(
+    client: Client, thread_id: str, by: str, read: Callable[[str], str], out: TextIO
+) -> bool:
+    """Ask about calls already waiting, then print the answer of the message they held up."""
+    waiting = await _pending(client, thread_id)
+    if not waiting:
+        return False
+    for call in waiting:
+        await _ask(client, thread_id, call, by, read, out)
+    handle = client.get_workflow_handle(thread_id)
+    running = await handle.query("queued_messages")
+    if running:
+        with contextlib.suppress(WorkflowUpdateFailedError, RPCError):
+            outcome = await handle.execute_update(
+                "wait_result", str(running[0].get("id")), result_type=dict
+            )
+            print(f"agent> {outcome.get('text', '')}", file=out, flush=True)
+    return True
 
 
 async def _exchange(
@@ -126,7 +158,14 @@ async def _exchange(
             if call.call_id in asked:
                 continue
             asked.add(call.call_id)
-            await _ask(client, thread_id, call, by, read, out)
+            try:
+                await _ask(client, thread_id, call, by, read, out)
+            except _Left:
+                # The message stays in the thread; only this terminal stops waiting on it.
+                sending.cancel()
+                if reader is not None:
+                    reader.cancel()
+                raise
     if reader is not None:
         # The stream's last items may trail the answer by a poll.
         with contextlib.suppress(asyncio.TimeoutError, Exception):
@@ -215,7 +254,11 @@ async def _ask(
 ) -> None:
     args = json.dumps(call.args, ensure_ascii=False)
     reason = f" ({call.reason})" if call.reason else ""
-    answer = await asyncio.to_thread(read, f"approve {call.tool} {args}{reason}? [y/N] ")
+    try:
+        answer = await asyncio.to_thread(read, f"approve {call.tool} {args}{reason}? [y/N] ")
+    except EOFError:
+        print(f"\n(left undecided: {call.call_id} keeps waiting)", file=out, flush=True)
+        raise _Left from None
     approved = answer.strip().lower() in ("y", "yes")
     try:
         await toren_client.decide(client, thread_id, call.call_id, approved, by=by)

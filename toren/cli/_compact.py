@@ -30,6 +30,14 @@ async def cmd_compact(args: argparse.Namespace) -> int:
     """Run the thread's `compact` update and print what it folded."""
     client = await connect(args)
     handle = client.get_workflow_handle(args.thread_id)
+    kind = (await handle.describe()).workflow_type
+    if kind != "AgentThread":
+        print(
+            f"{args.thread_id} is an {kind}, not a thread: only a thread compacts by hand "
+            "(a run compacts by itself when its prompt nears the window)",
+            file=sys.stderr,
+        )
+        return 1
     body = {"instructions": args.instructions} if args.instructions else {}
     try:
         outcome: dict[str, Any] = await handle.execute_update("compact", body)
