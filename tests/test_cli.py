@@ -136,6 +136,18 @@ async def test_run_and_follow_go_through_continue_as_new_to_the_last_run(
     assert followed.stdout.count("RunContinuedAsNew") == runs - 1
 
 
+async def test_run_json_writes_only_json_lines_to_stdout(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent(script=["all done"])
+    async with serve(client, [folder]):
+        out = await _cli(dev_server.address, "run", str(folder), "go", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert events[0]["type"] == "RunStarted" and events[-1]["type"] == "RunCompleted"
+    assert "started (agent" in out.stderr  # what a person reads
+
+
 async def _run_one_call(
     client: Client, make_agent: Callable[..., Path], tool: str, source: str
 ) -> str:

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -81,10 +82,12 @@ async def cmd_run(args: argparse.Namespace) -> int:
         execution_timeout=timedelta(minutes=wall + 5) if wall else None,
     )
     _started_run.append(handle.id)
-    print(f"run {handle.id} started (agent {agent.name}, task queue {agent.task_queue})")
+    # With --json, stdout holds only the events' JSON lines; what a person reads goes to stderr.
+    said = sys.stderr if args.json else sys.stdout
+    print(f"run {handle.id} started (agent {agent.name}, task queue {agent.task_queue})", file=said)
     ui = _ui_url(client, handle.id)
     if ui:
-        print(f"  Web UI: {ui}")
+        print(f"  Web UI: {ui}", file=said)
     if args.no_wait:
         return 0
     return await _follow(
