@@ -26,7 +26,7 @@ from toren.agent._types import PendingApproval
 from toren.cli._common import connect, default_by
 from toren.client._stream import LiveStream
 from toren.client._threads import running_thread
-from toren.errors import RunError, UndecodablePayloadError
+from toren.errors import RunError, TorenError, UndecodablePayloadError
 
 __all__ = ["add_parsers", "chat", "cmd_chat"]
 
@@ -109,7 +109,7 @@ async def chat(
             return 0
 
 
-class _Left(Exception):  # noqa: N818 - a signal between two functions, never raised to a user
+class _Left(TorenError):  # noqa: N818 - a signal between two functions, never raised to a user
     """Input ended at an approval prompt: the call stays undecided and the chat ends."""
 
 
