@@ -3,6 +3,7 @@ store a worker cannot use stops it at start with one line naming the setting and
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -293,3 +294,20 @@ def test_worker_with_a_missing_bucket_exits_with_one_line(
     lines = [x for x in out.stderr.strip().splitlines() if not LOG_LINE.match(x)]
     assert len(lines) == 1, out.stderr
     assert "TOREN_STORE='s3://no-such-bucket-here/x'" in lines[0] and "NoSuchBucket" in lines[0]
+
+
+def test_workers_probing_one_directory_store_together_all_pass(tmp_path: Path) -> None:
+    # Workers start together (the fault harness starts several): each probe is its own object,
+    # so none removes a directory another one is writing into.
+    def probe(_: int) -> int:
+        failures = 0
+        for _ in range(300):
+            try:
+                check_store(DirStore(tmp_path))
+            except ConfigError:
+                failures += 1
+        return failures
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        assert sum(pool.map(probe, range(6))) == 0
+    assert keys(DirStore(tmp_path)) == []

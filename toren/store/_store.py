@@ -243,15 +243,14 @@ def check_store(store: Store | None = None, setting: str = ENV_VAR) -> Store:
             where it points and the reason (bucket missing, no credentials, permission...).
     """
     store = store or open_store()
-    key = f"probe/{socket.gethostname()}-{os.getpid()}-{threading.get_ident()}"
+    # At the top, in no directory of its own: workers starting together each removed a shared
+    # `probe/` as they finished, and one's mkdir met another's rmdir (`File exists`).
+    key = f"probe-{socket.gethostname()}-{os.getpid()}-{threading.get_ident()}"
     try:
         store.put_bytes(key, b"toren")
         if store.get_bytes(key) != b"toren":
             raise StoreError(f"{key} read back different bytes")
         store.delete(key)
-        if isinstance(store, DirStore):
-            with contextlib.suppress(OSError):
-                (store.root / "probe").rmdir()  # empty unless another worker probes now
     except (StoreError, ValueError) as err:
         cause = err.__cause__ or err
         raise ConfigError(
