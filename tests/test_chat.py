@@ -25,6 +25,22 @@ tool = define_tool(
 """
 
 
+def _worker_and_chat(
+    folder: Path, dev_server: DevServer
+) -> tuple[dict[str, str], subprocess.Popen[bytes], str, list[str]]:
+    """A `toren worker` process for `folder`, and the `toren chat` command for a new thread."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    thread_id = f"chat-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "toren.cli", "chat", str(folder), "--thread", thread_id]
+    return env, worker, thread_id, command
+
+
 async def test_chat_two_turns_an_inline_approval_and_a_resume(
     client: Client, make_agent: Callable[..., Path], dev_server: DevServer
 ) -> None:
@@ -36,15 +52,7 @@ async def test_chat_two_turns_an_inline_approval_and_a_resume(
             "done: {last_tool_result}",
         ],
     )
-    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    thread_id = f"chat-{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "toren.cli", "chat", str(folder), "--thread", thread_id]
+    env, worker, thread_id, command = _worker_and_chat(folder, dev_server)
     try:
         chat = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
         chat.expect(f"thread {thread_id}")
@@ -91,15 +99,7 @@ async def test_a_call_left_waiting_is_asked_first_when_the_chat_resumes(
             "done: {last_tool_result}",
         ],
     )
-    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "toren.cli", "worker", str(folder)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    thread_id = f"chat-{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "toren.cli", "chat", str(folder), "--thread", thread_id]
+    env, worker, thread_id, command = _worker_and_chat(folder, dev_server)
     try:
         chat = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
         chat.expect("you> ")
