@@ -49,6 +49,7 @@ case "${1:-start}" in
       --search-attribute TorenAgent=Keyword \
       --search-attribute TorenStatus=Keyword \
       --search-attribute TorenPendingApprovals=Int \
+      --search-attribute TorenAgentDigest=Keyword \
       </dev/null >"$logfile" 2>&1 &
     echo $! >"$pidfile"
     for _ in $(seq 1 120); do

@@ -111,7 +111,10 @@ async def test_namespace_without_the_attributes_still_runs_and_setup_adds_them(
         await toren_client.approve(bare, handle.id, "g1")
         result = await result_of(handle)
     assert result.text == "done"
-    assert "lacks search attributes TorenAgent, TorenStatus, TorenPendingApprovals" in caplog.text
+    assert (
+        "lacks search attributes TorenAgent, TorenStatus, TorenPendingApprovals, TorenAgentDigest"
+        in caplog.text
+    )
     assert "then restart this worker" in caplog.text
     assert not task_failures(await fetch_history(bare, handle.id))
 

@@ -34,7 +34,12 @@ from toren.worker.models._mock import ScriptedModel
 
 __all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "moto_s3", "temporal_cli"]
 
-SEARCH_ATTRIBUTES = ("TorenAgent=Keyword", "TorenStatus=Keyword", "TorenPendingApprovals=Int")
+SEARCH_ATTRIBUTES = (
+    "TorenAgent=Keyword",
+    "TorenStatus=Keyword",
+    "TorenPendingApprovals=Int",
+    "TorenAgentDigest=Keyword",
+)
 FAST_DISPATCH = ("history.transferProcessorMaxPollRPS=10000",)
 """Dynamic config lifting the dev server's 20/s transfer-task throttle, which otherwise caps
 every tight loop of short activities at ~100 ms per turn."""

@@ -133,6 +133,10 @@ class AgentSpec:
     """USD per million input and output tokens of the model, when known."""
     context: dict[str, Any] | None = None
     """agent.yaml `context:` as recorded (`toren.agent._context_config`); `None`: no compaction."""
+    digest: str = ""
+    """`sha256:...` naming the agent's definition as this worker loaded it: this spec, the
+    instructions and every file of the folder (`toren.worker._digest`); empty from a worker
+    before toren 0.2."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.

@@ -330,6 +330,10 @@ class ThreadCarry:
     """When the thread last came to rest (ISO time), for the idle timeout."""
     closing: str | None = None
     """Set by `close`: who or what closes the thread."""
+    upgrade_due: bool = False
+    """The Worker Deployment's current version moved while an execution continued as new: the
+    next run stays pinned and only learns it from this (Temporal tells a run of a change since
+    it started), so it moves onto the current version at its first rest."""
 
 
 @dataclass

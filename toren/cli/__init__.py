@@ -62,6 +62,17 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="serve agent folders until Ctrl-C")
     p.add_argument("agent_dir", nargs="+")
     p.add_argument("--model", help="serve with this model instead of agent.yaml's")
+    p.add_argument(
+        "--deployment",
+        metavar="NAME",
+        help="serve as a version of this Worker Deployment (default $TOREN_DEPLOYMENT): runs "
+        "stay on the version they start on, threads move to the current one between messages",
+    )
+    p.add_argument(
+        "--build-id",
+        metavar="ID",
+        help="this worker's version in the deployment (default $TOREN_BUILD_ID): a commit, a tag",
+    )
     p.set_defaults(handler=_worker)
 
     _runs.add_parsers(sub)

@@ -45,7 +45,13 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             "the codec in process (TOREN_PAYLOAD_CODEC=module:attribute or --codec)",
             settings.endpoint,
         )
-    await run_worker(args.agent_dir, model_override=args.model, connect=lambda: connect(args))
+    await run_worker(
+        args.agent_dir,
+        model_override=args.model,
+        connect=lambda: connect(args),
+        deployment=args.deployment,
+        build_id=args.build_id,
+    )
     return 0
 
 

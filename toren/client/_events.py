@@ -7,7 +7,9 @@ for event in render(history):
 ```
 
 Event types: RunStarted (ThreadStarted for a thread, then MessageReceived and MessageAnswered
-per message, ThreadCloseRequested, ThreadClosed), LlmCallStarted, LlmCallCompleted,
+per message, ThreadCloseRequested, ThreadClosed), AgentLoaded (each run of a chain: the agent
+definition it recorded, its `digest`, and the Worker Deployment `version` it ran on when the
+worker is versioned), LlmCallStarted, LlmCallCompleted,
 LlmCallFailed (one per failed attempt, from the records `toren.agent._attempts` describes),
 ToolCallStarted (for a local tool call, dated when it started, not when its marker was written;
 for a tool the model's provider ran, with `provider`, right after the LlmCallCompleted whose
@@ -105,6 +107,8 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
         t = event.event_type
         if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             self._run_started(event)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            self._task_completed(event)
         elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
             self._marker(event)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -162,6 +166,7 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
         if kind == "toren.agent_spec" and isinstance(result, dict):
             self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
             self.prices = result.get("prices")
+            self._agent_loaded(event, result)
         elif tool is not None:
             self._local_tool(event, tool, result, a)
         elif kind == "toren.check_approval":

@@ -14,7 +14,7 @@ import contextlib
 import json
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import EventType, VersioningBehavior, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 
 from toren.agent._attempts import attempts_before, failure_record
@@ -29,6 +29,11 @@ MODEL_ACTIVITY = "toren.call_model"
 class RunEvents(RenderState):
     """The run's start and end, its child runs, its model calls and their receipt."""
 
+    version = ""
+    """The Worker Deployment Version of the last completed workflow task (`name.build`)."""
+    versioning = ""
+    """That task's versioning behavior (`pinned`, `auto_upgrade`; `unspecified` unversioned)."""
+
     def _run_started(self, event: HistoryEvent) -> None:
         a = event.workflow_execution_started_event_attributes
         run_input = self._first(a.input)
@@ -42,6 +47,24 @@ class RunEvents(RenderState):
         else:
             fields = pick(run_input, "agent", "prompt", "arguments", "attachments")
             self.emit(event, "RunStarted", **fields, **wrong)
+
+    def _task_completed(self, event: HistoryEvent) -> None:
+        """Note the Worker Deployment Version that completed the task (empty: unversioned)."""
+        a = event.workflow_task_completed_event_attributes
+        version = a.deployment_version
+        self.version = f"{version.deployment_name}.{version.build_id}" if version.build_id else ""
+        behavior = VersioningBehavior.Name(a.versioning_behavior)
+        self.versioning = behavior.removeprefix("VERSIONING_BEHAVIOR_").lower()
+
+    def _agent_loaded(self, event: HistoryEvent, spec: dict[str, Any]) -> None:
+        """AgentLoaded: the definition each run of a chain recorded, and the version it ran on."""
+        fields: dict[str, Any] = {"agent": spec.get("name"), "model": spec.get("model")}
+        if spec.get("digest"):
+            fields["digest"] = spec["digest"]
+        if self.version:
+            fields["version"] = self.version
+            fields["versioning"] = self.versioning
+        self.emit(event, "AgentLoaded", **fields)
 
     def _lifecycle(self, event: HistoryEvent) -> None:
         """How the run ended, and the child runs it started (other events are not the run's)."""

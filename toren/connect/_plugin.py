@@ -22,6 +22,7 @@ from temporalio.worker import WorkflowInstanceDetails as Details
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from toren.agent._sdk_private import sandbox_runner
+from toren.connect._deployment import pinned_by_default, worker_deployment
 from toren.connect._team_converter import extend_converter
 from toren.errors import RunError
 from toren.store._payloads import payload_store_setting
@@ -192,6 +193,8 @@ class TorenPlugin(SimplePlugin):
         runtime: WorkerRuntime | None = None,
         agents: Sequence[Any] | None = None,
         payload_store: str | None = None,
+        deployment: str | None = None,
+        build_id: str | None = None,
     ) -> None:
         """Create the plugin.
 
@@ -201,7 +204,14 @@ class TorenPlugin(SimplePlugin):
             payload_store: where payloads over 256 KiB go (`toren.store._payloads`) when the
                 client's converter has no external storage of its own; default the
                 `TOREN_PAYLOAD_STORE` variable; empty or unset keeps them in history.
+            deployment: on a worker, serve as a version of this Worker Deployment (with
+                `build_id`; `toren.connect._deployment`) unless the worker's own
+                `deployment_config` says otherwise. A versioned worker's default behavior
+                becomes PINNED when left unspecified (toren's workflows need it; your own
+                may declare their own `versioning_behavior`).
+            build_id: the version's build id.
         """
+        self._deployment = worker_deployment(deployment, build_id, environ={})
         activities: list[Callable[..., Any]] = runtime.activities(agents) if runtime else []
         self._payload_store = payload_store_setting() if payload_store is None else payload_store
         super().__init__(
@@ -225,6 +235,12 @@ class TorenPlugin(SimplePlugin):
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Install toren on a worker, and note which queue serves the agents' tools."""
         config = super().configure_worker(config)
+        if self._deployment is not None and config.get("deployment_config") is None:
+            config["deployment_config"] = self._deployment
+        versioning = config.get("deployment_config")
+        if versioning is not None:
+            # A versioned worker pins toren's runs and threads (see `pinned_by_default`).
+            config["deployment_config"] = pinned_by_default(versioning)
         # Beside the user's workflows the worker still needs toren's runner (a Worker always
         # has one, the default sandbox, so extend it rather than keep it as it is).
         if self._runtime is not None and config.get("task_queue"):

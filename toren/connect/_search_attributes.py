@@ -1,9 +1,11 @@
 """toren's search attributes: an approval inbox across runs, in Temporal's own visibility.
 
 `TorenAgent` (keyword), `TorenStatus` (keyword: running, waiting_approval, completed, failed)
-and `TorenPendingApprovals` (int), kept current by `AgentRun`. `temporal-dev.sh` registers them
-on the dev server; `toren setup` (`register`) on any other cluster. A worker on a cluster
-without them still runs every workflow: it tells the workflow which ones exist, and warns once.
+and `TorenPendingApprovals` (int), kept current by `AgentRun`, and `TorenAgentDigest` (keyword:
+the digest of the agent definition a run ran on, `toren.workflows._status`). `temporal-dev.sh`
+registers them on the dev server; `toren setup` (`register`) on any other cluster. A worker on a
+cluster without them still runs every workflow: it tells the workflow which ones exist, and warns
+once.
 
 ```
 temporal workflow list --query 'TorenStatus="waiting_approval"'
@@ -41,6 +43,7 @@ SEARCH_ATTRIBUTES: dict[str, IndexedValueType.ValueType] = {
     "TorenAgent": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "TorenStatus": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "TorenPendingApprovals": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+    "TorenAgentDigest": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
 }
 
 

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from toren.connect import _search_attributes as search_attributes
+from toren.connect._deployment import worker_deployment
 from toren.connect._plugin import workflow_runner
 from toren.errors import RunError
 from toren.store import _payloads as storage
@@ -92,12 +93,26 @@ async def _attach_mcp(runtime: AgentRuntime) -> Callable[[], Awaitable[None]]:
     return pool.close
 
 
+def _log_version(versioning: WorkerDeploymentConfig) -> None:
+    version = versioning.version
+    log.info(
+        "serving as Worker Deployment Version %s: a run finishes on the version it started on, "
+        "a thread moves to the current version between messages. New runs come here once this "
+        "version is current: temporal worker deployment set-current-version "
+        "--deployment-name %s --build-id %s",
+        version.to_canonical_string(),
+        version.deployment_name,
+        version.build_id,
+    )
+
+
 def build_workers(
     client: Client,
     runtime: AgentRuntime,
     graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
+    deployment: WorkerDeploymentConfig | None = None,
 ) -> list[Worker]:
-    """One worker per task queue of `runtime`'s agents."""
+    """One worker per task queue of `runtime`'s agents (of one deployment version, if given)."""
     for queue, agents in runtime.task_queues().items():
         runtime.serve_on(queue, agents)
     return [
@@ -111,6 +126,7 @@ def build_workers(
             graceful_shutdown_timeout=graceful_shutdown_timeout,
             interceptors=runtime.telemetry.interceptors(),
             max_cached_workflows=MAX_CACHED_RUNS,
+            deployment_config=deployment,
         )
         for queue, agents in runtime.task_queues().items()
     ]
@@ -139,21 +155,25 @@ async def serve(
     graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
     tracer_provider: Any = None,
     meter_provider: Any = None,
+    deployment: str | None = None,
+    build_id: str | None = None,
 ) -> AsyncIterator[AgentRuntime]:
     """Run workers for `folders` while the block runs; yields the runtime.
 
     `tracer_provider` / `meter_provider` (OpenTelemetry's) turn on spans and metrics of model
-    and tool calls (`toren.worker._telemetry`).
+    and tool calls (`toren.worker._telemetry`). `deployment` and `build_id` (default
+    `TOREN_DEPLOYMENT` / `TOREN_BUILD_ID` of `environ`) make the workers that Worker Deployment
+    Version (`toren.connect._deployment`); neither: unversioned.
     """
-    runtime = AgentRuntime.load(
-        folders, os.environ if environ is None else environ, models, model_override
-    )
+    environ = os.environ if environ is None else environ
+    versioning = worker_deployment(deployment, build_id, environ)
+    runtime = AgentRuntime.load(folders, environ, models, model_override)
     runtime.telemetry = Telemetry(tracer_provider, meter_provider)
     await check_stores()
     await _check_search_attributes(client, runtime)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(await _attach_mcp(runtime))
-        workers = build_workers(client, runtime, graceful_shutdown_timeout)
+        workers = build_workers(client, runtime, graceful_shutdown_timeout, versioning)
         for worker in workers:
             await stack.enter_async_context(worker)
         yield runtime
@@ -166,15 +186,18 @@ async def run_worker(
     connect: Callable[[], Awaitable[Client]] | None = None,
     model_override: str | None = None,
     ready: asyncio.Event | None = None,
+    deployment: str | None = None,
+    build_id: str | None = None,
 ) -> None:
     """Serve `folders` until SIGINT or SIGTERM, then shut down gracefully.
 
     The folders are loaded and checked before connecting, so a wrong agent.yaml or a missing
     variable is reported even when the server is down. `connect` opens the client when none
-    is given (toren's own `connect()` by default).
+    is given (toren's own `connect()` by default). `deployment` / `build_id` as in `serve`.
     """
     from toren.connect import connect as default_connect
 
+    versioning = worker_deployment(deployment, build_id)
     runtime = AgentRuntime.load(folders, os.environ, model_override=model_override)
     runtime.telemetry = Telemetry(*providers_from_env())
     await check_stores()
@@ -188,7 +211,7 @@ async def run_worker(
         opened.callback(runtime.telemetry.flush)
         await _check_search_attributes(client, runtime)
         opened.push_async_callback(await _attach_mcp(runtime))
-        workers = build_workers(client, runtime)
+        workers = build_workers(client, runtime, deployment=versioning)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -203,6 +226,8 @@ async def run_worker(
                 loaded.model,
                 ", ".join(loaded.agent.tools) or "none",
             )
+        if versioning is not None:
+            _log_version(versioning)
         tasks = [asyncio.create_task(w.run()) for w in workers]
         opened.push_async_callback(_shut_down, workers, tasks)
         days = retention_days()

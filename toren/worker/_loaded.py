@@ -6,12 +6,14 @@ import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
 from toren.agent._spec import AgentSpec
 from toren.worker._agent import Agent
+from toren.worker._digest import folder_hash, spec_digest
 from toren.worker._redact import Redactor, redactor
 from toren.worker.models import ModelProvider
 from toren.worker.models._window import window_of
@@ -64,8 +66,17 @@ class LoadedAgent:
     """Every secret the worker holds (`worker_secrets`): any run's redactor hides them all, since
     a tool or an MCP server may find one it was never given."""
 
+    @cached_property
+    def files(self) -> str:
+        """A hash of the agent folder's files as loaded (`toren.worker._digest`)."""
+        return folder_hash(self.agent.folder)
+
     def spec(self, search_attributes: Sequence[str] = ()) -> AgentSpec:
-        """The spec the workflow records once per run."""
+        """The spec the workflow records once per run, named by its digest."""
+        spec = self._spec(search_attributes)
+        return replace(spec, digest=spec_digest(spec, self.files))
+
+    def _spec(self, search_attributes: Sequence[str]) -> AgentSpec:
         limits = self.agent.config.limits
         return AgentSpec(
             name=self.agent.name,

@@ -62,6 +62,10 @@ def toren_bug(err: Exception, workflow_type: str) -> ApplicationError:
     )
 
 
+# No `versioning_behavior` here: Temporal refuses one from an unversioned worker. A versioned
+# worker pins toren's runs by its default (`toren.connect._deployment`): a run finishes on the
+# Worker Deployment Version it started on, with the tool code and instructions a person approved
+# against.
 @workflow.defn(name="AgentRun", failure_exception_types=[InvalidJSONPayloadError])
 class AgentRun(RunHandlers):
     """One run of an agent. Start it by name with `{"agent": ..., "prompt": ...}`."""
@@ -202,7 +206,17 @@ class AgentRun(RunHandlers):
         return (
             f"**{self._input.agent}**: {prompt}\n\n"
             f"step {run.step}, {run.tool_calls} tool calls, run {run.runs} of its chain"
+            + self._provenance()
         )
+
+    def _provenance(self) -> str:
+        """Which agent definition and Worker Deployment Version this run is on, for the Web UI."""
+        spec = self._run.spec
+        said = f"; agent {spec.digest}" if spec is not None and spec.digest else ""
+        version = workflow.info().get_current_deployment_version()
+        if version is not None:
+            said += f"; on version {version.to_canonical_string()}"
+        return said
 
     @property
     def _spec(self) -> AgentSpec:
@@ -229,7 +243,12 @@ class AgentRun(RunHandlers):
             )
         )
 
-    async def _continue_as_new(self) -> None:
+    async def _continue_as_new(self, *, upgrade: bool = False) -> None:
+        """Continue as new with the run's state; `upgrade`: onto the current version.
+
+        A pinned run's next run stays on its version; `upgrade` (a thread at rest) starts the
+        next run on the deployment's current version instead (unversioned: no difference).
+        """
         # Let signal and update handlers finish so no decision is lost at the boundary; the
         # stream's polls return, and their subscribers follow to the next run.
         self._stream.detach_pollers()
@@ -244,7 +263,12 @@ class AgentRun(RunHandlers):
             runs=self._run.runs + 1,
             stream=stream_state_json(self._stream.get_state()),
         )
-        workflow.continue_as_new(self._next_input(carried))
+        workflow.continue_as_new(
+            self._next_input(carried),
+            initial_versioning_behavior=(
+                workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if upgrade else None
+            ),
+        )
 
     def _next_input(self, carried: RunState) -> Any:
         """The next run's input, carrying `carried`."""

@@ -14,7 +14,10 @@ execution; the message handlers (`send_message`, `wait_result`, `close`) are `_t
 Messages run one at a time, in order of arrival. At rest the thread is a workflow waiting on a
 condition: no activity, no timer but the idle timeout. It continues as new at rest once its
 history is long (or mid-execution like an `AgentRun`), with the conversation by reference, so
-each run's history stays flat however long the conversation gets.
+each run's history stays flat however long the conversation gets. On a versioned worker
+(`toren.connect._deployment`) the thread is pinned; it continues as new at rest onto the
+deployment's current version once that is no longer its own, so the next message runs on the
+new code while an execution in progress always finishes on the version it began on.
 
 A caller of `send_message` gets the execution's outcome. When the thread continues as new in
 the middle of that execution, the update answers `{"status": "running", "continued": true}`
@@ -60,6 +63,8 @@ KEPT_RESULTS = 20
 """Outcomes of the latest executions kept for late callers of `wait_result`."""
 
 
+# Pinned like a run on a versioned worker (see `AgentRun`), so an execution finishes on the
+# version it began on; at rest it moves onto the deployment's current version (`_serve`).
 @workflow.defn(name="AgentThread", failure_exception_types=[InvalidJSONPayloadError])
 class AgentThread(ThreadInbox, AgentRun):
     """A conversation with an agent: start it once, then `send_message` for each message."""
@@ -115,13 +120,16 @@ class AgentThread(ThreadInbox, AgentRun):
         self._sync_status()
         thread = self._thread
         while True:
+            if not thread.running and not thread.closing and self._behind_current_version():
+                # Between two messages: the next one runs on the current version's code.
+                await self._continue_as_new(upgrade=True)
             if thread.queue and (thread.running or not thread.closing):
                 await self._execute_message(thread.queue[0])
                 continue
             if thread.closing:
                 break
             if self._rest_is_long():
-                await self._continue_as_new()
+                await self._continue_as_new(upgrade=True)
             if not await self._rest():
                 thread.closing = "idle"
         for message in thread.queue:
@@ -162,6 +170,18 @@ class AgentThread(ThreadInbox, AgentRun):
         except TimeoutError:
             return False
         return True
+
+    def _behind_current_version(self) -> bool:
+        """Whether the deployment's current version is no longer the one this run is on.
+
+        Temporal says so with each workflow task of a run started before the change (so a
+        thread at rest learns it when its next message arrives), and a run that continued as
+        new in an execution since carries it (`ThreadCarry.upgrade_due`). Always `False` on an
+        unversioned worker; on replay it reads what the task recorded.
+        """
+        if workflow.info().is_target_worker_deployment_version_changed():
+            self._thread.upgrade_due = True
+        return self._thread.upgrade_due
 
     def _rest_is_long(self) -> bool:
         info = workflow.info()
@@ -254,14 +274,16 @@ class AgentThread(ThreadInbox, AgentRun):
             f"**{self._thread_input.agent}** thread"
             + (f" of {self._thread_input.user_id}" if self._thread_input.user_id else "")
             + f": {state}, step {run.step}; {waiting} message(s) waiting; "
-            f"{self._transcript.count} messages, run {run.runs} of its chain"
+            f"{self._transcript.count} messages, run {run.runs} of its chain" + self._provenance()
         )
 
     # -- continue-as-new ---------------------------------------------------------------------
 
-    async def _continue_as_new(self) -> None:
+    async def _continue_as_new(self, *, upgrade: bool = False) -> None:
         self._continuing = True  # callers waiting for this run's answer ask the next run
-        await super()._continue_as_new()
+        # Moving now, or noting for the next run that it must move at its first rest.
+        self._thread.upgrade_due = not upgrade and self._behind_current_version()
+        await super()._continue_as_new(upgrade=upgrade)
 
     def _next_input(self, carried: RunState) -> Any:
         thread = dataclasses.replace(self._thread, run=carried)

@@ -3,6 +3,12 @@
 `TorenAgent`, `TorenStatus` (`running`, `waiting_approval`, `completed`, `failed`) and
 `TorenPendingApprovals` are upserted only when they change, and only those the namespace has
 registered (the worker looks them up at start and records them in the agent's spec).
+
+`TorenAgentDigest` (the digest of the agent definition the run records, `AgentSpec.digest`)
+rides along with the first of those upserts of each run: a run's first status change (waiting
+for a person, its end) or the start of a continued run. It never makes an upsert of its own,
+so the run's commands are the ones the previous release writes (a worker of either release
+replays the other's history).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ __all__ = ["StatusAttributes"]
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
 STATUS_KEY = SearchAttributeKey.for_keyword("TorenStatus")
 PENDING_KEY = SearchAttributeKey.for_int("TorenPendingApprovals")
+DIGEST_KEY = SearchAttributeKey.for_keyword("TorenAgentDigest")
 
 
 class StatusAttributes:
@@ -29,6 +36,7 @@ class StatusAttributes:
         self._agent = ""
         self._status = ""
         self._pending = -1
+        self._digest = ""
         info = workflow.info()
         if info.continued_run_id is None:
             # A run started with them set (`toren.client` does) upserts only what changes. A
@@ -54,5 +62,8 @@ class StatusAttributes:
         if pending != self._pending and "TorenPendingApprovals" in have:
             updates.append(PENDING_KEY.value_set(pending))
         self._agent, self._status, self._pending = spec.name, status, pending
+        if updates and spec.digest != self._digest and "TorenAgentDigest" in have:
+            updates.append(DIGEST_KEY.value_set(spec.digest))
+            self._digest = spec.digest
         if updates:
             workflow.upsert_search_attributes(updates)

@@ -111,6 +111,7 @@ class AgentRuntime(ModelCalls, ToolActivities):
                     prices=prices,
                 )
                 _warn_short_secrets(ready, environ)
+                _ = ready.files  # the digest names the folder as loaded, not as later edited
                 loaded.append(ready)
             except ConfigError as err:
                 problems += err.problems
