@@ -46,6 +46,10 @@ SKIPPED = {
         "needs a team's codec and codec server; tests/test_codec.py runs each setting through "
         "a real codec and codec server"
     ),
+    "toren worker examples/support --deployment support --build-id v1": (
+        "workers that run until stopped, on port 7233; tests/test_versioning.py runs two versions "
+        "with the same temporal commands and checks what each run and thread ran on"
+    ),
     "toren workspace RUN_ID ./out": (
         "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"
     ),

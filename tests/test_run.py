@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import json
 import subprocess
 import sys
@@ -421,6 +422,7 @@ async def test_events_render_the_run(client: Client, make_agent: Callable[..., P
     events = await toren_client.events(client, handle.id)
     assert [e["type"] for e in events] == [
         "RunStarted",
+        "AgentLoaded",
         "LlmCallStarted",
         "LlmCallCompleted",
         "ToolCallStarted",
@@ -431,12 +433,15 @@ async def test_events_render_the_run(client: Client, make_agent: Callable[..., P
         "RunCompleted",
     ]
     assert (events[-2]["calls"], events[-2]["retries"]) == (2, 0)
-    started = events[3]
+    loaded = events[1]  # an unversioned worker: no version
+    assert loaded["agent"] == folder.name and "version" not in loaded
+    assert re.fullmatch(r"sha256:[0-9a-f]{16}", loaded["digest"])
+    started = events[4]
     assert started["tool"] == "echo"
     assert started["args"] == {"text": "hi"}
     assert started["idempotencyKey"].startswith(handle.id)
     assert started["effects"] == "none"
-    assert events[4]["result"] == "echo:hi" and events[4]["isError"] is False
+    assert events[5]["result"] == "echo:hi" and events[5]["isError"] is False
     out = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "toren.cli", "events", handle.id],
