@@ -150,6 +150,12 @@ THREADS: dict[str, tuple[list[Any], dict[str, Any], Drive]] = {
 }
 
 
+def workflow_id(file: str) -> str:
+    """The id of the run whose history is in `file` (`process.child.json`: its child run)."""
+    path = file.split(".")[0]
+    return f"release-{path}/research/r1" if ".child." in file else f"release-{path}"
+
+
 def agent(root: Path, name: str, script: list[Any], config: dict[str, Any]) -> Path:
     import yaml
 
@@ -187,9 +193,9 @@ async def record(root: Path, client: Any, out: Path, path: str) -> None:
         folders.append(agent(root, "release_process_child", ["the answer is 42"], {}))
     async with serve(client, folders):
         if thread:
-            handle = await toren.start_thread(client, name, thread_id=f"release-{path}")
+            handle = await toren.start_thread(client, name, thread_id=workflow_id(path))
         else:
-            handle = await toren.start_run(client, name, "go", run_id=f"release-{path}")
+            handle = await toren.start_run(client, name, "go", run_id=workflow_id(path))
         await drive(client, handle.id)
         try:
             await asyncio.wait_for(handle.result(), 120)
@@ -197,7 +203,7 @@ async def record(root: Path, client: Any, out: Path, path: str) -> None:
             raise SystemExit(f"{path}: the run failed: {err.cause}") from err
         chain = await toren.histories(client, handle.id)
         if path == "process":
-            child = client.get_workflow_handle(f"{handle.id}/research/r1")
+            child = client.get_workflow_handle(workflow_id("process.child.json"))
             await asyncio.wait_for(child.result(), 60)
             write(out, "process.child", json.loads((await child.fetch_history()).to_json()))
     for i, history in enumerate(chain):
