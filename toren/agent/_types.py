@@ -4,6 +4,21 @@ Also what a run carries (`RunState`), approvals and threads; the agent's spec, r
 run, is in `toren.agent._spec`. Plain dataclasses of JSON types, so a run can be started from
 any SDK or the `temporal` CLI with a plain JSON object, and so a history stays readable in the
 Web UI.
+
+Changing one. Workers of releases N-1 and N share a task queue during an upgrade and runs
+outlive a release, so every payload must read in both (pydantic ignores an unknown field and
+fails on a missing one without a default):
+- Add a field only with a default (N-1 never writes it).
+- Never remove or rename a field, nor make a defaulted one required, within a release: N-1
+  requires it, or leaves it out at its default (`omit_defaults`).
+- No new field in `RunInput` or `ThreadInput`: N-1's workflows refuse a start key they do not
+  know, and toren writes these itself (continue-as-new, child runs); carry it in `RunState`.
+- A new value of a contract string (`ToolSpec.effects`, `approval`) is unknown to N-1, whose
+  workflow compares with the value it knows and takes the other branch: keep that the safe one
+  (an `approval` but `never` is checked, `effects` but `none` is a regular activity). A live
+  item of a new type is passed on by N-1's `toren.client.stream` and skipped by its CLI.
+- At each release, replace the previous release's wheel (`tests/fixtures/releases/`) and record
+  its histories (`tests/histories/record_release.py`): `tests/test_releases.py` checks the rest.
 """
 
 from __future__ import annotations
