@@ -10,6 +10,7 @@ mid-call. The previous release is the wheel in `tests/fixtures/releases/` (`test
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -22,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.common import RawValue
+from temporalio.worker import Replayer, Worker
 
 from tests._releases import env_for, previous_version, unpack
 from tests._wire_types import wire_types
@@ -34,6 +37,9 @@ from toren import AgentRun, AgentThread
 from toren import client as toren_client
 from toren.client._events import render
 from toren.connect._plugin import TorenPlugin, workflow_runner
+from toren.errors import RunError
+from toren.worker.activities._runtime import AgentRuntime
+from toren.workflows._input import one_raw_input
 
 VERSION = previous_version()
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("release-*/*.json"))
@@ -381,3 +387,53 @@ async def test_old_and_new_workers_serve_one_queue(
                 assert not DECODE_FAILED.search(failure), failure
     # Failed attempts that a retry then recovered leave no event: the workers' logs have them.
     assert readable()
+
+
+# -- the next release may add a key to a continued run's input -----------------------------
+
+
+@workflow.defn(name="AgentThread", sandboxed=False)
+class _NextReleaseThread(AgentThread):
+    """`AgentThread` as a newer release might write its continue-as-new input: one more key."""
+
+    @workflow.run
+    @one_raw_input
+    async def run(self, *args: RawValue) -> Any:  # type: ignore[override]
+        return await super().run(*args)
+
+    def _next_input(self, carried: Any) -> Any:
+        return {**dataclasses.asdict(super()._next_input(carried)), "from_the_future": [1]}
+
+
+async def test_a_continued_input_with_a_newer_key_is_taken(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    """A worker of this release reads a thread's next input written by the release after it.
+
+    Unknown keys of an input toren wrote itself (continuing as new) are ignored, as unknown
+    fields of every wire type are; a person's start input is still checked strictly
+    (tests/test_run_input.py).
+    """
+    folder = make_agent(script=["one", "two", "three"], limits={"continueAsNewAfterEvents": 100})
+    runtime = AgentRuntime.load([folder], os.environ)
+    runtime.serve_on(folder.name)
+    # A client without toren's plugin, whose worker would register the current AgentThread too.
+    bare = Client(
+        client.service_client, namespace=client.namespace, data_converter=client.data_converter
+    )
+    newer = Worker(
+        bare,
+        task_queue=folder.name,
+        workflows=[_NextReleaseThread],
+        activities=runtime.activities(),
+        workflow_failure_exception_types=[RunError],
+    )
+    async with newer:
+        thread = await toren_client.start_thread(client, folder.name)
+        # Past 100 events it continues as new at rest, writing the newer input; each next run
+        # reads it (this release's input check).
+        while len(await toren_client.histories(client, thread.id)) < 3:
+            answer = await toren_client.send_message(client, thread.id, "more")
+            assert answer["status"] == "completed", answer
+    for history in await toren_client.histories(client, thread.id):
+        assert task_failures(history) == []

@@ -12,7 +12,12 @@ fails on a missing one without a default):
 - Never remove or rename a field, nor make a defaulted one required, within a release: N-1
   requires it, or leaves it out at its default (`omit_defaults`).
 - No new field in `RunInput` or `ThreadInput`: N-1's workflows refuse a start key they do not
-  know, and toren writes these itself (continue-as-new, child runs); carry it in `RunState`.
+  know, and toren writes these itself (child runs, the client; continue-as-new too, which from
+  0.2 on ignores a key it does not know); carry it in `RunState` or `ThreadCarry`.
+- No new command (activity, timer, upsert, marker) in a workflow path, even behind
+  `workflow.patched`, unless N-1's replay of N's history is given up: N-1 may take the run's
+  next task. Add a value to an existing command instead (`TorenAgentDigest` rides the status
+  upsert), or rely on Worker Deployments, under which N-1 never meets N's history.
 - A new value of a contract string (`ToolSpec.effects`, `approval`) is unknown to N-1, whose
   workflow compares with the value it knows and takes the other branch: keep that the safe one
   (an `approval` but `never` is checked, `effects` but `none` is a regular activity). A live

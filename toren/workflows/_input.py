@@ -132,7 +132,7 @@ def parse_thread_input(raw: Any) -> ThreadInput:
     """
     if not isinstance(raw, dict):
         raise InvalidRunInput(f"expected a JSON object, got {json_type(raw)}", "AgentThread")
-    problems = [_unknown(str(k), _THREAD_KEYS) for k in raw if k not in _THREAD_KEYS]
+    problems = [_unknown(str(k), _THREAD_KEYS) for k in _foreign(raw, _THREAD_KEYS)]
     thread_id = identifier_problem("the thread id (workflow id)", workflow.info().workflow_id)
     if thread_id:
         problems.append(thread_id)
@@ -161,10 +161,7 @@ def parse_run_input(raw: Any) -> RunInput:
     """
     if not isinstance(raw, dict):
         raise InvalidRunInput(f"expected a JSON object, got {json_type(raw)}")
-    problems: list[str] = []
-    for key in raw:
-        if key not in _KEYS:
-            problems.append(_unknown(str(key), _KEYS))
+    problems = [_unknown(str(k), _KEYS) for k in _foreign(raw, _KEYS)]
     agent, prompt = raw.get("agent"), raw.get("prompt")
     for key, value in (("agent", agent), ("prompt", prompt)):
         if value is None and not any(_same(k, key) for k in raw if k != key):
@@ -243,6 +240,19 @@ def _message_problems(messages: Any) -> list[str]:
 
 def _same(a: str, b: str) -> bool:
     return a.lower() == b.lower() or bool(difflib.get_close_matches(a, [b], n=1, cutoff=0.75))
+
+
+def _foreign(raw: dict[str, Any], keys: tuple[str, ...]) -> list[Any]:
+    """The keys of `raw` not in `keys` that make a wrong input.
+
+    An input toren wrote itself, continuing a run as new, may come from a newer release whose
+    input has a key this one does not know (old and new workers share a queue during an
+    upgrade): that key is ignored, as every decoder of toren's wire types ignores fields it does
+    not know. A person's or a client's input is checked strictly.
+    """
+    if raw.get("carry") is not None and workflow.info().continued_run_id:
+        return []
+    return [k for k in raw if k not in keys]
 
 
 def _unknown(key: str, keys: tuple[str, ...]) -> str:
