@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 
 from tests.conftest import fetch_history, result_of, task_failures, wait_for
 from toren import client as toren_client
@@ -121,6 +123,9 @@ async def test_a_parked_run_finishes_on_the_version_it_started_on(
         await make_current(dev_server, deployment, "v1")
         handle = await toren_client.start_run(client, v1.name, "refund me")
         await wait_for(lambda: toren_client.pending(client, handle.id))
+        # The Web UI's details say which definition and version the run is on.
+        details = (await handle.query("__temporal_workflow_metadata")).current_details
+        assert re.search(rf"agent sha256:[0-9a-f]{{16}}; on version {deployment}\.v1", details)
         async with worker(client, v2, deployment, "v2"):
             await make_current(dev_server, deployment, "v2")
             # New runs go to v2 now ...
@@ -135,6 +140,9 @@ async def test_a_parked_run_finishes_on_the_version_it_started_on(
     assert task_failures(history) == []
     loaded = [e for e in await toren_client.events(client, handle.id) if e["type"] == "AgentLoaded"]
     assert [e["version"] for e in loaded] == [f"{deployment}.v1"]
+    # The search attribute names the same definition (it rode the run's status upserts).
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(SearchAttributeKey.for_keyword("TorenAgentDigest")) == loaded[0]["digest"]
 
 
 @pytest.mark.parametrize("long", [False, True], ids=["short", "continues-mid-execution"])
