@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +213,38 @@ async def test_worker_deployment_settings_are_checked() -> None:
         worker_deployment(build_id="v2", environ={})
     with pytest.raises(ConfigError, match="no '.'"):
         worker_deployment("sup.port", "v2", environ={})
+
+
+def test_the_plugin_makes_a_worker_a_pinned_deployment_version() -> None:
+    """`TorenPlugin(deployment=, build_id=)` sets the worker's version unless it has its own,
+    and a versioned worker's unspecified default becomes PINNED (toren's workflows need it)."""
+    from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+    from temporalio.worker import WorkerConfig, WorkerDeploymentConfig
+
+    from toren import TorenPlugin
+
+    config = TorenPlugin(deployment="support", build_id="v3").configure_worker(WorkerConfig())
+    versioning = config["deployment_config"]
+    assert versioning.version.to_canonical_string() == "support.v3"
+    assert versioning.default_versioning_behavior == VersioningBehavior.PINNED
+    own = WorkerDeploymentConfig(WorkerDeploymentVersion("team", "b7"), use_worker_versioning=True)
+    config = TorenPlugin(deployment="support", build_id="v3").configure_worker(
+        WorkerConfig(deployment_config=own)
+    )
+    assert config["deployment_config"].version.to_canonical_string() == "team.b7"
+    assert config["deployment_config"].default_versioning_behavior == VersioningBehavior.PINNED
+    assert "deployment_config" not in TorenPlugin().configure_worker(WorkerConfig())
+
+
+def test_toren_worker_names_a_half_given_version() -> None:
+    """`--deployment` without `--build-id` stops `toren worker` at once, naming the flag."""
+    out = subprocess.run(
+        [sys.executable, "-m", "toren.cli", "worker", "examples/support", "--deployment", "x"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "TOREN_BUILD_ID": ""},
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "give --build-id ID (or TOREN_BUILD_ID)" in out.stderr
