@@ -201,6 +201,33 @@ async def test_a_thread_moves_to_the_current_version_between_messages(
     assert set(versions[moved:]) == {f"{deployment}.v2"}
 
 
+async def test_a_resting_thread_told_to_upgrade_frees_the_old_version(
+    client: Client, dev_server: DevServer, versions: tuple[Path, Path, str]
+) -> None:
+    """A thread at rest moves on an `upgrade` signal, so v1's workers can stop before its next
+    message (else a month-old thread would keep v1 up for a month)."""
+    v1, v2, deployment = versions
+    async with contextlib.AsyncExitStack() as old:
+        await old.enter_async_context(worker(client, v1, deployment, "v1"))
+        await make_current(dev_server, deployment, "v1")
+        thread = await toren_client.start_thread(client, v1.name, user_id="alice")
+        first = await toren_client.send_message(client, thread.id, "which one?")
+        assert first["text"] == "model v1, tool v1"
+        async with worker(client, v2, deployment, "v2"):
+            await make_current(dev_server, deployment, "v2")
+            await thread.signal("upgrade")
+
+            async def moved() -> bool:
+                return await build_id_of(client, thread.id) == "v2"
+
+            await wait_for(moved)
+            await old.aclose()  # v1's workers stop: nothing is pinned to v1 any more
+            second = await toren_client.send_message(client, thread.id, "and now?")
+            assert second["text"] == "model v2, tool v2"
+    for history in await toren_client.histories(client, thread.id):
+        assert task_failures(history) == []
+
+
 async def test_worker_deployment_settings_are_checked() -> None:
     from toren.connect._deployment import worker_deployment
 

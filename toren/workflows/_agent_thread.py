@@ -162,8 +162,12 @@ class AgentThread(ThreadInbox, AgentRun):
             left = idle_since + timedelta(minutes=minutes) - workflow.now()
             timeout = max(left, timedelta(milliseconds=1))
         try:
+            # Behind the current version: any task ends the rest (an `upgrade` signal is one),
+            # and the thread moves at once instead of keeping the old version's workers busy.
             await workflow.wait_condition(
-                lambda: bool(self._thread.queue) or bool(self._thread.closing),
+                lambda: bool(self._thread.queue)
+                or bool(self._thread.closing)
+                or self._behind_current_version(),
                 timeout=timeout,
                 timeout_summary="thread idle timeout",
             )

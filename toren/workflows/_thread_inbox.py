@@ -185,6 +185,13 @@ class ThreadInbox:
         if not self._thread.closing:
             self._thread.closing = f"close by {by}" if by else "close"
 
+    @workflow.signal(
+        description="Move to the Worker Deployment's current version now, if at rest and on an "
+        "older one (`toren deploy move-threads`); mid-execution, once the execution ends."
+    )
+    def upgrade(self, *request: Any) -> None:
+        """Wake the thread: its rest ends when it is behind the current version (`_rest`)."""
+
     def _new_id(self) -> str:
         return f"msg-{workflow.uuid4().hex[:12]}"
 
