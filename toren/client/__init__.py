@@ -23,7 +23,6 @@ A run is also startable without toren: `AgentRun` takes a plain JSON object
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,16 +36,16 @@ from temporalio.service import RPCError
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
 from toren.client._events import Event, read_through, render
 from toren.client._readable import check_readable, ensure_readable
+from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
 from toren.connect import _search_attributes as search_attributes
-from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
-
-_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+from toren.errors import ApprovalWaitError, UndecodablePayloadError
 
 __all__ = [
     "InboxItem",
     "LiveStream",
+    "ReplayCheck",
     "StreamEvent",
     "approve",
     "attach",
@@ -59,6 +58,7 @@ __all__ = [
     "inbox",
     "messages",
     "pending",
+    "replay",
     "run_agent",
     "send_message",
     "start_run",
@@ -332,11 +332,7 @@ async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
         'AND TorenStatus = "waiting_approval"'
     )
     if agent is not None:
-        if not _AGENT_NAME.match(agent):
-            raise UsageError(
-                f"agent {agent!r} is not an agent name ([a-z][a-z0-9_]*, as in agent.yaml)"
-            )
-        query += f' AND TorenAgent = "{agent}"'
+        query += f" AND {search_attributes.agent_clause(agent)}"
     items: list[InboxItem] = []
     async for execution in client.list_workflows(query):
         try:
