@@ -2,8 +2,10 @@
 
 Beside this public module: the event log rendered from history (`_events`), streams of live
 output (`_stream`, one shared reader per run and process in `_stream_feed`), threads
-(`_threads`) and the check that this client can read a run before it writes into it
-(`_readable`). Imports `agent`, `store`, `connect` and `workflows`; never the worker's side.
+(`_threads`), the check that this client can read a run before it writes into it
+(`_readable`), and replaying histories against this code (`_replay`), an agent's in flight
+before a deploy (`_deploy`). Imports `agent`, `store`, `connect` and `workflows`; never the
+worker's side.
 
 ```python
 from toren import client as toren_client
@@ -34,6 +36,7 @@ from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
+from toren.client._deploy import deploy_check
 from toren.client._events import Event, read_through, render
 from toren.client._readable import check_readable, ensure_readable
 from toren.client._replay import ReplayCheck, replay
@@ -52,6 +55,7 @@ __all__ = [
     "close_thread",
     "decide",
     "deny",
+    "deploy_check",
     "events",
     "first_run",
     "histories",
