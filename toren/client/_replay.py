@@ -108,22 +108,27 @@ async def replay(
         data_converter=converter,
         runtime=_quiet_runtime(),
     )
+    # A run whose first workflow task is not scheduled yet (a thread that just continued as
+    # new waits out a backoff first) holds nothing its code made, and the replayer would wait
+    # on it forever: it replays, trivially.
+    recorded = [h for h in histories if len(h.events) > 1]
+    async with replayer.workflow_replay_iterator(_each(recorded)) as results:
+        outcomes = [result.replay_failure async for result in results]  # in order
+    failures = {id(history): failure for history, failure in zip(recorded, outcomes, strict=True)}
     checks: list[ReplayCheck] = []
-    async with replayer.workflow_replay_iterator(_each(histories)) as results:
-        async for result in results:
-            history = result.history
-            started = history.events[0].workflow_execution_started_event_attributes
-            failure = result.replay_failure
-            checks.append(
-                ReplayCheck(
-                    workflow_id=history.workflow_id,
-                    run_id=history.run_id,
-                    workflow_type=started.workflow_type.name,
-                    running=history.events[-1].event_type not in _CLOSED,
-                    events=len(history.events),
-                    error=None if failure is None else _words(failure),
-                )
+    for history in histories:
+        started = history.events[0].workflow_execution_started_event_attributes
+        failure = failures.get(id(history))
+        checks.append(
+            ReplayCheck(
+                workflow_id=history.workflow_id,
+                run_id=history.run_id,
+                workflow_type=started.workflow_type.name,
+                running=history.events[-1].event_type not in _CLOSED,
+                events=len(history.events),
+                error=None if failure is None else _words(failure),
             )
+        )
     return checks
 
 
