@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.common import RawValue
 
 from tests.conftest import DevServer, result_of
+from tests.test_codec import ONE_LINE, team_converter
 from toren import client as toren_client
 from toren.agent._types import RunResult
 from toren.connect._plugin import TorenPlugin
@@ -67,7 +68,8 @@ class ChangedRun(AgentRun):
 async def _deploy_check(
     address: str, *args: str, **env_vars: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TEMPORAL_ADDRESS": address, "PYTHONPATH": str(ROOT), **env_vars}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TOREN_"))}
+    env = {**base, "TEMPORAL_ADDRESS": address, "PYTHONPATH": str(ROOT), **env_vars}
     return await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "toren.cli", "deploy", "check", *args],
@@ -83,15 +85,20 @@ def _lines(out: subprocess.CompletedProcess[str], workflow_id: str) -> list[list
 async def test_a_completed_run_a_parked_run_and_a_resting_thread_replay(
     client: Client, make_agent: Callable[..., Path], dev_server: DevServer
 ) -> None:
-    folder = make_agent(tools={"gated": GATED})
+    folder = make_agent(tools={"gated": GATED}, limits={"continueAsNewAfterEvents": 100})
     async with serve(client, [folder], models=_model()):
         done = await toren_client.start_run(client, folder.name, "hi")
         await result_of(done)
         parked = await toren_client.start_run(client, folder.name, "gated, please")
         await toren_client.wait_for_approval(client, parked.id)
         thread = await toren_client.start_thread(client, folder.name)
-        answer = await toren_client.send_message(client, thread.id, "hi")
-        assert answer["text"] == "done"
+        # Until it continues as new at rest: only its current run is what a worker replays.
+        for n in range(12):
+            await toren_client.send_message(client, thread.id, f"hi {n}")
+            chain = await toren_client.histories(client, thread.id)
+            if len(chain) > 1:
+                break
+        assert len(chain) > 1, "the thread should have continued as new"
 
     out = await _deploy_check(dev_server.address, str(folder))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -105,9 +112,11 @@ async def test_a_completed_run_a_parked_run_and_a_resting_thread_replay(
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     # Running ones first: the limit leaves out the closed run.
-    assert {(w["id"], w["type"], w["status"], w["ok"]) for w in report["workflows"]} == {
-        (parked.id, "run", "running", True),
-        (thread.id, "thread", "running", True),
+    assert {
+        (w["id"], w["run_id"], w["type"], w["status"], w["ok"]) for w in report["workflows"]
+    } == {
+        (parked.id, parked.result_run_id, "run", "running", True),
+        (thread.id, chain[-1].run_id, "thread", "running", True),
     }
     assert report["totals"] == {
         "workflows": 2, "ok": 2, "breaks": 0, "breaks_running": 0, "breaks_closed": 0,
@@ -203,3 +212,46 @@ async def test_what_it_cannot_check_it_says_and_an_agent_with_no_runs_is_no_brea
     out = await _deploy_check("127.0.0.1:7999", str(folder))
     assert out.returncode == 2 and "no Temporal server answers at 127.0.0.1:7999" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+async def test_an_encrypted_namespace_replays_through_the_teams_codec(
+    make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    team = await Client.connect(
+        dev_server.address, data_converter=team_converter(), plugins=[TorenPlugin()]
+    )
+    folder = make_agent(tools={"gated": GATED})
+    async with serve(team, [folder], models=_model()):
+        parked = await toren_client.start_run(team, folder.name, "gated, please")
+        await toren_client.wait_for_approval(team, parked.id)
+    no_profile = {"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"}
+
+    out = await _deploy_check(dev_server.address, str(folder), **no_profile)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1
+    assert ONE_LINE in out.stderr and "Traceback" not in out.stderr
+
+    out = await _deploy_check(
+        dev_server.address, str(folder), "--codec", "tests.team_codec:codec", **no_profile
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert _lines(out, parked.id) == [["ok", "running", "run", parked.id]]
+    await parked.terminate("test done")
+
+
+async def test_a_run_whose_first_task_is_not_scheduled_yet_replays(tmp_path: Path) -> None:
+    # A thread that just continued as new is one event long until its first task: the SDK's
+    # replayer waits on such a history forever, so `toren replay` and the check hung on it.
+    plain = WorkflowHistory.from_json("plain", (ROOT / "tests/histories/plain.json").read_text())
+    started = tmp_path / "started_only.json"
+    started.write_text(json.dumps({"events": [plain.to_json_dict()["events"][0]]}))
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "toren.cli", "replay", str(started)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "ok      started_only: 1 events replay",
+        "1 of 1 histories replay against this code",
+    ]
