@@ -70,7 +70,7 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def agent_name(folder: str) -> str:
+def _agent_name(folder: str) -> str:
     """The agent's name in `folder`'s agent.yaml, read without loading its tools.
 
     Raises:
@@ -93,7 +93,7 @@ def agent_name(folder: str) -> str:
 
 async def cmd_deploy_check(args: argparse.Namespace) -> int:
     """Replay each agent's workflows; print a line each and what to do about breaks."""
-    agents = {folder: agent_name(folder) for folder in args.agent_dir}
+    agents = {folder: _agent_name(folder) for folder in args.agent_dir}
     checked: dict[str, list[ReplayCheck]] = {}
     try:
         client = await connect(args)
