@@ -2,9 +2,9 @@
 
 A client like `toren.client`, one module per command group: `_runs` (run, events, replay),
 `_approvals` (pending, approve, deny), `_chat`, `_store` (attach, workspace, store prune),
-`_setup` (setup, serve); what they share is in `_common`. Only the commands that run agent code
-on this machine (`worker`, `check`, and loading the folder `run` and `chat` are given) reach
-into the worker's side, through `_agents`, imported when they run.
+`_setup` (setup, serve), `_deploy` (deploy check); what they share is in `_common`. Only the
+commands that run agent code on this machine (`worker`, `check`, and loading the folder `run`
+and `chat` are given) reach into the worker's side, through `_agents`, imported when they run.
 
 ```
 toren worker examples/support               serve an agent (until Ctrl-C)
@@ -17,6 +17,7 @@ toren check examples/support                load, validate, print tools and sche
 toren setup                                 register toren's search attributes
 toren attach report.pdf                     parse a file for read_attachment; prints its id
 toren replay RUN | history.json             replay against this code before you deploy it
+toren deploy check examples/support         replay the agent's runs and threads in flight
 toren serve [--host H] [--port P]           the HTTP API (needs `pip install 'toren[web]'`)
 ```
 
@@ -36,7 +37,7 @@ from collections.abc import Sequence
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from toren.cli import _approvals, _chat, _compact, _runs, _setup, _store
+from toren.cli import _approvals, _chat, _compact, _deploy, _runs, _setup, _store
 from toren.cli._common import Unreachable, add_codec_flags
 from toren.errors import CodecServerError, TorenError, UndecodablePayloadError
 
@@ -81,14 +82,16 @@ def _parser() -> argparse.ArgumentParser:
     _approvals.add_parsers(sub)
     _setup.add_parsers(sub)
     _store.add_parsers(sub)
+    _deploy.add_parsers(sub)
 
     p = sub.add_parser("check", help="load and validate agent folders")
     p.add_argument("agent_dir", nargs="+")
     p.add_argument("--no-schemas", dest="schemas", action="store_false")
     p.set_defaults(handler=_check)
-    # Every command that talks to Temporal reads and writes through the team's codec.
+    # Every command that talks to Temporal reads and writes through the team's codec (`deploy
+    # check` has them on itself, not on its group).
     for name, command in sub.choices.items():
-        if name not in ("check", "attach"):
+        if name not in ("check", "attach", "deploy"):
             add_codec_flags(command)
     return parser
 

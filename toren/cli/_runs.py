@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from toren import client as toren_client
@@ -224,12 +223,6 @@ async def _print_chain(
 
 async def cmd_replay(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowHistory
-    from temporalio.worker import Replayer
-
-    from toren.client._events import read_through
-    from toren.client._readable import check_readable
-    from toren.connect._plugin import TorenPlugin, workflow_runner
-    from toren.workflows import AgentRun, AgentThread
 
     histories: list[WorkflowHistory] = []
     client: Client | None = None
@@ -242,31 +235,12 @@ async def cmd_replay(args: argparse.Namespace) -> int:
         histories += await toren_client.histories(client, source)
     # The client's converter has the team's codec; without a client, the settings name it.
     team = client.data_converter if client else codec_settings(args).converter("default")
-    converter = TorenPlugin().converter(team)
-    for history in histories:
-        # A copy: `read_through` decodes in place, and the replayer decodes again (a codec that
-        # refuses what it did not encode would fail every replay).
-        events = [_copy(e) for e in history.events]
-        await read_through(events, converter)
-        check_readable(converter, events)
-    replayer = Replayer(
-        workflows=[AgentRun, AgentThread],
-        workflow_runner=workflow_runner(),
-        data_converter=converter,
-    )
-    failed = 0
-    for history in histories:
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        if result.replay_failure is None:
-            print(f"ok      {history.workflow_id}: {len(history.events)} events replay")
+    checks = await toren_client.replay(histories, team)
+    for check in checks:
+        if check.ok:
+            print(f"ok      {check.workflow_id}: {check.events} events replay")
         else:
-            failed += 1
-            print(f"FAILED  {history.workflow_id}: {result.replay_failure}")
-    print(f"{len(histories) - failed} of {len(histories)} histories replay against this code")
-    return 1 if failed else 0
-
-
-def _copy(event: HistoryEvent) -> HistoryEvent:
-    copied = HistoryEvent()
-    copied.CopyFrom(event)
-    return copied
+            print(f"FAILED  {check.workflow_id}: {check.error}")
+    replayed = sum(check.ok for check in checks)
+    print(f"{replayed} of {len(checks)} histories replay against this code")
+    return 0 if replayed == len(checks) else 1

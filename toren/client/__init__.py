@@ -2,8 +2,10 @@
 
 Beside this public module: the event log rendered from history (`_events`), streams of live
 output (`_stream`, one shared reader per run and process in `_stream_feed`), threads
-(`_threads`) and the check that this client can read a run before it writes into it
-(`_readable`). Imports `agent`, `store`, `connect` and `workflows`; never the worker's side.
+(`_threads`), the check that this client can read a run before it writes into it
+(`_readable`), and replaying histories against this code (`_replay`), an agent's in flight
+before a deploy (`_deploy`). Imports `agent`, `store`, `connect` and `workflows`; never the
+worker's side.
 
 ```python
 from toren import client as toren_client
@@ -23,7 +25,6 @@ A run is also startable without toren: `AgentRun` takes a plain JSON object
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,30 +36,33 @@ from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
+from toren.client._deploy import deploy_check
 from toren.client._events import Event, read_through, render
 from toren.client._readable import check_readable, ensure_readable
+from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
 from toren.connect import _search_attributes as search_attributes
-from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
-
-_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+from toren.errors import ApprovalWaitError, UndecodablePayloadError
 
 __all__ = [
     "InboxItem",
     "LiveStream",
+    "ReplayCheck",
     "StreamEvent",
     "approve",
     "attach",
     "close_thread",
     "decide",
     "deny",
+    "deploy_check",
     "events",
     "first_run",
     "histories",
     "inbox",
     "messages",
     "pending",
+    "replay",
     "run_agent",
     "send_message",
     "start_run",
@@ -332,11 +336,7 @@ async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
         'AND TorenStatus = "waiting_approval"'
     )
     if agent is not None:
-        if not _AGENT_NAME.match(agent):
-            raise UsageError(
-                f"agent {agent!r} is not an agent name ([a-z][a-z0-9_]*, as in agent.yaml)"
-            )
-        query += f' AND TorenAgent = "{agent}"'
+        query += f" AND {search_attributes.agent_clause(agent)}"
     items: list[InboxItem] = []
     async for execution in client.list_workflows(query):
         try:

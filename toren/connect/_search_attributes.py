@@ -15,6 +15,7 @@ temporal workflow list --query 'TorenStatus="waiting_approval"'
 from __future__ import annotations
 
 import logging
+import re
 import weakref
 from typing import Any
 
@@ -26,11 +27,14 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from toren.errors import UsageError
+
 __all__ = [
     "AGENT_KEY",
     "PENDING_KEY",
     "SEARCH_ATTRIBUTES",
     "STATUS_KEY",
+    "agent_clause",
     "missing",
     "register",
     "registered",
@@ -97,6 +101,22 @@ async def register(client: Client) -> list[str]:
             )
         )
     return todo
+
+
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def agent_clause(agent: str) -> str:
+    """The visibility query clause that selects `agent`'s runs and threads.
+
+    Raises:
+        UsageError: `agent` is no agent name (it goes into the query as it is).
+    """
+    if not _AGENT_NAME.match(agent):
+        raise UsageError(
+            f"agent {agent!r} is not an agent name ([a-z][a-z0-9_]*, as in agent.yaml)"
+        )
+    return f'TorenAgent = "{agent}"'
 
 
 AGENT_KEY = SearchAttributeKey.for_keyword("TorenAgent")
