@@ -204,8 +204,8 @@ async def test_a_thread_moves_to_the_current_version_between_messages(
 async def test_a_resting_thread_told_to_upgrade_frees_the_old_version(
     client: Client, dev_server: DevServer, versions: tuple[Path, Path, str]
 ) -> None:
-    """A thread at rest moves on an `upgrade` signal, so v1's workers can stop before its next
-    message (else a month-old thread would keep v1 up for a month)."""
+    """`toren deploy move-threads` moves a thread at rest (an `upgrade` signal), so v1's
+    workers can stop before its next message (else a month-old thread keeps v1 up a month)."""
     v1, v2, deployment = versions
     async with contextlib.AsyncExitStack() as old:
         await old.enter_async_context(worker(client, v1, deployment, "v1"))
@@ -215,15 +215,30 @@ async def test_a_resting_thread_told_to_upgrade_frees_the_old_version(
         assert first["text"] == "model v1, tool v1"
         async with worker(client, v2, deployment, "v2"):
             await make_current(dev_server, deployment, "v2")
-            await thread.signal("upgrade")
-
-            async def moved() -> bool:
-                return await build_id_of(client, thread.id) == "v2"
-
-            await wait_for(moved)
+            # What a team runs after the deploy: each resting thread moves to v2 at once.
+            out = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "toren.cli", "deploy", "move-threads", str(v1)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert f"moved  {thread.id}: {deployment}.v1 -> {deployment}.v2" in out.stdout
+            assert await build_id_of(client, thread.id) == "v2"
             await old.aclose()  # v1's workers stop: nothing is pinned to v1 any more
             second = await toren_client.send_message(client, thread.id, "and now?")
             assert second["text"] == "model v2, tool v2"
+            # The whole conversation still reads, v1's turns from the transcript kept in the
+            # store when the thread moved (v1's workers, which could replay v1's runs, are gone).
+            conversation = await toren_client.messages(client, thread.id)
+            assert [m["role"] for m in conversation] == [
+                "user",
+                "assistant",
+                "tool",
+                "assistant",
+            ] * 2
+            assert conversation[0]["content"] == "which one?"
     for history in await toren_client.histories(client, thread.id):
         assert task_failures(history) == []
 

@@ -254,13 +254,15 @@ def page_of(messages: list[Message], start: int) -> list[Message]:
 
 async def assemble(
     segment_of: Callable[[str | None, int], Awaitable[dict[str, Any]]],
+    kept: Callable[[str], Awaitable[list[Message]]] | None = None,
 ) -> list[Message]:
     """The whole transcript of a chain of runs, from the newest run back.
 
     `segment_of(run_id, start)` queries a run's `transcript_segment` from index `start`
     (`run_id` `None`: the run being served). Each run holds its own messages and names the run
     before it; a run that closed (continued as new) answers by replaying its history on a
-    worker.
+    worker. A run that names a kept transcript instead (`stored`: a thread that moved to a new
+    version, `toren.store._transcripts`) has every earlier message there: `kept(key)` reads it.
     """
     segments: list[list[Message]] = []
     run_id: str | None = None
@@ -275,6 +277,9 @@ async def assemble(
         segments.append(own)
         prior = segment.get("prior")
         if not prior:
+            break
+        if prior.get("stored") and kept is not None:
+            segments.append((await kept(str(prior["stored"])))[: int(prior["count"])])
             break
         run_id = str(prior["run_id"])
     return [m for part in reversed(segments) for m in part]

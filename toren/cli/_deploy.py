@@ -1,4 +1,8 @@
-"""`toren deploy check AGENT_DIR...`: would this code break what the agents have in flight?
+"""`toren deploy check` and `toren deploy move-threads`: a deploy's checks and its last step.
+
+`toren deploy move-threads AGENT_DIR...` moves, after a versioned deploy, the threads at rest on
+an old Worker Deployment Version onto the current one, so the old version's workers can stop.
+`toren deploy check AGENT_DIR...`: would this code break what the agents have in flight?
 
 For each agent folder (its name read from agent.yaml, its tools not imported), replays the
 current run of every running run and thread, and of those closed within `--closed-within`,
@@ -27,7 +31,7 @@ from toren.cli._common import Unreachable, add_codec_flags, connect
 from toren.client import ReplayCheck
 from toren.errors import CodecServerError, ConfigError, UndecodablePayloadError, UsageError
 
-__all__ = ["add_parsers", "cmd_deploy_check"]
+__all__ = ["add_parsers", "cmd_deploy_check", "cmd_move_threads"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -54,6 +58,18 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_deploy_check)
+    add_codec_flags(p)
+    p = deploy_sub.add_parser(
+        "move-threads",
+        help="move the agents' threads resting on an old Worker Deployment Version to the "
+        "current one (so the old version's workers can stop)",
+    )
+    p.add_argument("agent_dir", nargs="+")
+    p.add_argument(
+        "--wait", type=_duration, default="60s", metavar="AGE",
+        help="how long to wait for threads in the middle of an answer (default 60s)",
+    )  # fmt: skip
+    p.set_defaults(handler=cmd_move_threads)
     add_codec_flags(p)
 
 
@@ -115,6 +131,37 @@ async def cmd_deploy_check(args: argparse.Namespace) -> int:
             _print_agent(folder, name, checked[name], _age(args.closed_within))
         _print_summary(every)
     return 0 if all(check.ok for check in every) else 1
+
+
+async def cmd_move_threads(args: argparse.Namespace) -> int:
+    """Wake each thread behind its deployment's current version; say which moved."""
+    agents = {folder: _agent_name(folder) for folder in args.agent_dir}
+    try:
+        client = await connect(args)
+        moves = {
+            name: await toren_client.move_threads(client, name, wait=args.wait)
+            for name in agents.values()
+        }
+    except (Unreachable, UndecodablePayloadError, CodecServerError) as err:
+        print(f"toren: {err}", file=sys.stderr)
+        return CANNOT_CHECK
+    except RPCError as err:
+        print(f"toren: Temporal said: {err.message}", file=sys.stderr)
+        return CANNOT_CHECK
+    stuck = 0
+    for folder, name in agents.items():
+        if not moves[name]:
+            print(f"agent {name} ({folder}): no running thread is behind its deployment's current version")
+        for move in moves[name]:
+            if move.moved:
+                print(f"  moved  {move.thread_id}: {move.was} -> {move.now}")
+            else:
+                stuck += 1
+                print(
+                    f"  still  {move.thread_id} on {move.now} (current {move.current}): it "
+                    "moves once the message it answers is done; run this again later"
+                )
+    return 1 if stuck else 0
 
 
 def _print_agent(folder: str, name: str, checks: list[ReplayCheck], within: str) -> None:

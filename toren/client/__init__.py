@@ -36,7 +36,7 @@ from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
-from toren.client._deploy import deploy_check
+from toren.client._deploy import ThreadMove, deploy_check, move_threads
 from toren.client._events import Event, read_through, render
 from toren.client._readable import check_readable, ensure_readable
 from toren.client._replay import ReplayCheck, replay
@@ -49,6 +49,7 @@ __all__ = [
     "InboxItem",
     "LiveStream",
     "ReplayCheck",
+    "ThreadMove",
     "StreamEvent",
     "approve",
     "attach",
@@ -56,6 +57,7 @@ __all__ = [
     "decide",
     "deny",
     "deploy_check",
+    "move_threads",
     "events",
     "first_run",
     "histories",

@@ -20,8 +20,10 @@ be on). `toren deploy check` prints it.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -29,7 +31,7 @@ from toren.client._replay import ReplayCheck, replay
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import UsageError
 
-__all__ = ["deploy_check"]
+__all__ = ["ThreadMove", "deploy_check", "move_threads"]
 
 _FETCHING = 8
 """Histories fetched at once."""
@@ -102,3 +104,89 @@ async def deploy_check(
 
     histories = await asyncio.gather(*(fetch(*run) for run in found))
     return await replay([h for h in histories if h is not None], client.data_converter)
+
+
+@dataclass
+class ThreadMove:
+    """What `move_threads` did for one thread."""
+
+    thread_id: str
+    was: str
+    """The Worker Deployment Version it was on (`name.build`)."""
+    now: str
+    """The one it is on when `move_threads` returned."""
+    current: str
+    """Its deployment's current version."""
+
+    @property
+    def moved(self) -> bool:
+        """Whether it is on the current version now."""
+        return self.now == self.current
+
+
+async def move_threads(
+    client: Client, agent: str, *, wait: timedelta = timedelta(seconds=60)
+) -> list[ThreadMove]:
+    """Move `agent`'s running threads that rest on an old version onto the current one.
+
+    A thread on a Worker Deployment Version moves to the deployment's current version by itself
+    only when its next message comes; until then the old version's workers must stay up for it.
+    This wakes each one pinned to another version than its deployment's current one (the
+    `upgrade` signal), again every second until it moved or `wait` is over: a thread at rest
+    moves at once, one answering a message once that answer is done. Threads on unversioned
+    workers, or already current, are left alone (and not listed).
+
+    Raises:
+        UsageError: as `deploy_check`, for the `TorenAgent` search attribute.
+    """
+    query = (
+        f'WorkflowType = "AgentThread" AND {search_attributes.agent_clause(agent)} '
+        'AND ExecutionStatus = "Running"'
+    )
+    try:
+        ids = [execution.id async for execution in client.list_workflows(query)]
+    except RPCError as err:
+        if err.status == RPCStatusCode.INVALID_ARGUMENT and "TorenAgent" in err.message:
+            raise UsageError(
+                f"namespace {client.namespace!r} has no search attribute TorenAgent, so threads "
+                f"cannot be found by agent: run `toren setup`. Temporal said: {err.message}"
+            ) from None
+        raise
+    currents: dict[str, str] = {}
+    moves: list[ThreadMove] = []
+    for thread_id in ids:
+        name, was = await _version_of(client, thread_id)
+        if not name:
+            continue  # unversioned
+        if name not in currents:
+            currents[name] = await _current_version(client, name)
+        if currents[name] and was != currents[name]:
+            moves.append(ThreadMove(thread_id, was, was, currents[name]))
+    deadline = asyncio.get_running_loop().time() + wait.total_seconds()
+    while True:
+        behind = [move for move in moves if not move.moved]
+        for move in behind:
+            await client.get_workflow_handle(move.thread_id).signal("upgrade")
+        if not behind or asyncio.get_running_loop().time() >= deadline:
+            return moves
+        await asyncio.sleep(1.0)
+        for move in behind:
+            move.now = (await _version_of(client, move.thread_id))[1]
+
+
+async def _version_of(client: Client, workflow_id: str) -> tuple[str, str]:
+    """The deployment name and `name.build` version the workflow's current run is on."""
+    described = await client.get_workflow_handle(workflow_id).describe()
+    version = described.raw_description.workflow_execution_info.versioning_info.deployment_version
+    if not version.build_id:
+        return "", ""
+    return version.deployment_name, f"{version.deployment_name}.{version.build_id}"
+
+
+async def _current_version(client: Client, deployment: str) -> str:
+    """`name.build` of the deployment's current version ("" when it has none)."""
+    described = await client.workflow_service.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    )
+    current = described.worker_deployment_info.routing_config.current_deployment_version
+    return f"{current.deployment_name}.{current.build_id}" if current.build_id else ""

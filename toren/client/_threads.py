@@ -19,6 +19,7 @@ the signal of that name to queue a message without waiting).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -35,6 +36,7 @@ from toren.agent._types import ThreadInput, ThreadResult
 from toren.client._readable import ensure_readable
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import RunError, UndecodablePayloadError, UsageError
+from toren.store._transcripts import kept_transcript
 
 __all__ = ["close_thread", "messages", "running_thread", "send_message", "start_thread"]
 
@@ -175,6 +177,18 @@ async def messages(
         page: dict[str, Any] = await handle.query(
             "messages", args=[index, 100 if limit is None else min(100, limit - len(found))]
         )
+        stored = page.get("earlier_stored")
+        if stored:
+            # Older than this run holds, and kept in the store when the thread moved to a new
+            # version (whose workers cannot answer for the old runs).
+            kept = await asyncio.to_thread(kept_transcript, str(stored))
+            older = kept[index:] if limit is None else kept[index:][: limit - len(found)]
+            found += older
+            index += len(older)
+            handle = latest
+            if not older:
+                break
+            continue
         if page["earlier_run_id"]:
             # Older than this run holds: the run it continued from does.
             handle = client.get_workflow_handle(thread_id, run_id=page["earlier_run_id"])

@@ -259,7 +259,7 @@ class AgentRun(RunHandlers):
         carried = dataclasses.replace(
             self._run,
             messages=[],
-            prior=self._transcript.reference(workflow.info().run_id),
+            prior=self._prior_reference(),
             runs=self._run.runs + 1,
             stream=stream_state_json(self._stream.get_state()),
         )
@@ -269,6 +269,10 @@ class AgentRun(RunHandlers):
                 workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if upgrade else None
             ),
         )
+
+    def _prior_reference(self) -> dict[str, Any]:
+        """How the next run of the chain finds this one's transcript: by asking this run."""
+        return self._transcript.reference(workflow.info().run_id)
 
     def _next_input(self, carried: RunState) -> Any:
         """The next run's input, carrying `carried`."""

@@ -32,8 +32,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from toren.agent._transcript import TranscriptRef
@@ -80,6 +80,8 @@ class AgentThread(ThreadInbox, AgentRun):
         self._thread = ThreadCarry(run=self._run)
         self._continuing = False
         """Set just before continuing as new: waiting callers are told to ask the next run."""
+        self._kept: str | None = None
+        """Where this run kept the whole transcript before moving to a new version."""
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -165,9 +167,11 @@ class AgentThread(ThreadInbox, AgentRun):
             # Behind the current version: any task ends the rest (an `upgrade` signal is one),
             # and the thread moves at once instead of keeping the old version's workers busy.
             await workflow.wait_condition(
-                lambda: bool(self._thread.queue)
-                or bool(self._thread.closing)
-                or self._behind_current_version(),
+                lambda: (
+                    bool(self._thread.queue)
+                    or bool(self._thread.closing)
+                    or self._behind_current_version()
+                ),
                 timeout=timeout,
                 timeout_summary="thread idle timeout",
             )
@@ -284,10 +288,41 @@ class AgentThread(ThreadInbox, AgentRun):
     # -- continue-as-new ---------------------------------------------------------------------
 
     async def _continue_as_new(self, *, upgrade: bool = False) -> None:
-        self._continuing = True  # callers waiting for this run's answer ask the next run
+        behind = self._behind_current_version()
+        if upgrade and behind:
+            # The next run is on the new version; a query of this run would need this one's
+            # workers, which may stop once the thread moved: keep the transcript first.
+            self._kept = await self._keep_transcript()
         # Moving now, or noting for the next run that it must move at its first rest.
-        self._thread.upgrade_due = not upgrade and self._behind_current_version()
+        self._thread.upgrade_due = not upgrade and behind
+        self._continuing = True  # callers waiting for this run's answer ask the next run
         await super()._continue_as_new(upgrade=upgrade)
+
+    async def _keep_transcript(self) -> str | None:
+        """Keep the whole transcript in the store (`toren.store._transcripts`); its key.
+
+        `None` if that failed: the thread still moves, and its earlier turns are then read by
+        querying this run (so this version's workers must answer while the thread lives).
+        """
+        try:
+            key: str = await workflow.execute_activity(
+                "toren.keep_transcript",
+                {"count": self._transcript.count, "digest": self._transcript.digest},
+                result_type=str,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary="keep the transcript before moving to the current version",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("the transcript was not kept before moving: %s", err.cause)
+            return None
+        return key
+
+    def _prior_reference(self) -> dict[str, Any]:
+        reference = super()._prior_reference()
+        if self._kept:
+            reference["stored"] = self._kept
+        return reference
 
     def _next_input(self, carried: RunState) -> Any:
         thread = dataclasses.replace(self._thread, run=carried)
@@ -297,18 +332,23 @@ class AgentThread(ThreadInbox, AgentRun):
 
     @workflow.query(
         description="A page of the conversation: messages from index `start` (at most `limit`),"
-        " with `earlier_run_id` to ask when `start` is older than this run holds."
+        " with `earlier_run_id` to ask (or `earlier_stored`, the key of the kept transcript in"
+        " the store) when `start` is older than this run holds."
     )
     def messages(self, start: int = 0, limit: int = 100) -> dict[str, Any]:
-        """`{"total", "start", "messages", "earlier_run_id"}`."""
+        """`{"total", "start", "messages", "earlier_run_id"[, "earlier_stored"]}`."""
         if not hasattr(self, "_transcript"):
             return {"total": 0, "start": 0, "messages": [], "earlier_run_id": None}
         total = self._transcript.count
         first = total - len(self._run.messages)
         start = max(0, int(start))
         if start < first:
-            earlier = (self._run.prior or {}).get("run_id")
-            return {"total": total, "start": start, "messages": [], "earlier_run_id": earlier}
+            prior = self._run.prior or {}
+            earlier: dict[str, Any] = {"total": total, "start": start, "messages": []}
+            earlier["earlier_run_id"] = prior.get("run_id")
+            if prior.get("stored"):
+                earlier["earlier_stored"] = prior["stored"]
+            return earlier
         page = self._run.messages[start - first : start - first + max(1, min(int(limit), 500))]
         return {"total": total, "start": start, "messages": page, "earlier_run_id": None}
 

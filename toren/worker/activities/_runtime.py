@@ -28,7 +28,7 @@ from toren.worker._prices import prices_for
 from toren.worker._redact import MIN_SECRET_CHARS
 from toren.worker.activities._model_call import ModelCalls
 from toren.worker.activities._tool_activities import ToolActivities
-from toren.worker.activities._tool_call import missing_variables
+from toren.worker.activities._tool_call import keep_transcript, missing_variables
 from toren.worker.models import ModelProvider, provider_for
 from toren.worker.models._hosted import hosted_tool_problems
 
@@ -136,7 +136,8 @@ class AgentRuntime(ModelCalls, ToolActivities):
         """The activities serving `agents` (default: all): the loop's own and one per tool."""
         served = list(agents or self.agents.values())
         acts: list[Callable[..., Any]] = [
-            self.agent_spec, self.check_approval, self.call_model, self.compact_context
+            self.agent_spec, self.check_approval, self.call_model, self.compact_context,
+            keep_transcript,
         ]  # fmt: skip
         for a in served:
             for tool in a.agent.tools.values():
