@@ -151,7 +151,7 @@ async def cmd_move_threads(args: argparse.Namespace) -> int:
     stuck = 0
     for folder, name in agents.items():
         if not moves[name]:
-            print(f"agent {name} ({folder}): no running thread is behind its deployment's current version")
+            print(f"agent {name} ({folder}): no running thread rests on an older version")
         for move in moves[name]:
             if move.moved:
                 print(f"  moved  {move.thread_id}: {move.was} -> {move.now}")
