@@ -50,6 +50,10 @@ SKIPPED = {
         "workers that run until stopped, on port 7233; tests/test_versioning.py runs two versions "
         "with the same temporal commands and checks what each run and thread ran on"
     ),
+    "toren deploy check examples/support": (
+        "the same command runs in the CLI section's block; tests/test_deploy_check.py shows "
+        "both verdicts and every exit status"
+    ),
     "toren deploy move-threads examples/support": (
         "needs a versioned deployment with a thread on its old version; tests/test_versioning.py "
         "runs the same command after a switch and checks the thread moved and v1 can stop"
