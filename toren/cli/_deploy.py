@@ -155,11 +155,17 @@ async def cmd_move_threads(args: argparse.Namespace) -> int:
         for move in moves[name]:
             if move.moved:
                 print(f"  moved  {move.thread_id}: {move.was} -> {move.now}")
+            elif move.busy:
+                stuck += 1
+                print(
+                    f"  busy   {move.thread_id} on {move.now}: answering a message; it moves "
+                    f"to {move.current} by itself once that answer is done"
+                )
             else:
                 stuck += 1
                 print(
-                    f"  still  {move.thread_id} on {move.now} (current {move.current}): it "
-                    "moves once the message it answers is done; run this again later"
+                    f"  still  {move.thread_id} on {move.now} (current {move.current}): is a "
+                    f"worker of {move.now} up? run this again later"
                 )
     return 1 if stuck else 0
 

@@ -117,6 +117,8 @@ class ThreadMove:
     """The one it is on when `move_threads` returned."""
     current: str
     """Its deployment's current version."""
+    busy: bool = False
+    """It is answering a message: it moves by itself once that answer is done."""
 
     @property
     def moved(self) -> bool:
@@ -130,11 +132,12 @@ async def move_threads(
     """Move `agent`'s running threads that rest on an old version onto the current one.
 
     A thread on a Worker Deployment Version moves to the deployment's current version by itself
-    only when its next message comes; until then the old version's workers must stay up for it.
-    This wakes each one pinned to another version than its deployment's current one (the
-    `upgrade` signal), again every second until it moved or `wait` is over: a thread at rest
-    moves at once, one answering a message once that answer is done. Threads on unversioned
-    workers, or already current, are left alone (and not listed).
+    when its next message comes, or when the answer it is writing is done; a thread at rest
+    until then keeps the old version's workers busy. This wakes each resting one pinned to
+    another version than its deployment's current one (the `upgrade` signal; again after a
+    second if the server had not yet told it of the new version, until `wait` is over) and
+    reports the busy ones (`busy`), which move by themselves. Threads on unversioned workers,
+    or already current, are left alone (and not listed).
 
     Raises:
         UsageError: as `deploy_check`, for the `TorenAgent` search attribute.
@@ -164,13 +167,17 @@ async def move_threads(
             moves.append(ThreadMove(thread_id, was, was, currents[name]))
     deadline = asyncio.get_running_loop().time() + wait.total_seconds()
     while True:
-        behind = [move for move in moves if not move.moved]
-        for move in behind:
-            await client.get_workflow_handle(move.thread_id).signal("upgrade")
-        if not behind or asyncio.get_running_loop().time() >= deadline:
+        resting = [move for move in moves if not move.moved and not move.busy]
+        for move in resting:
+            handle = client.get_workflow_handle(move.thread_id)
+            if await handle.query("execution") is not None:
+                move.busy = True  # it moves when this answer is done: no signal needed
+                continue
+            await handle.signal("upgrade")
+        if not resting or asyncio.get_running_loop().time() >= deadline:
             return moves
         await asyncio.sleep(1.0)
-        for move in behind:
+        for move in resting:
             move.now = (await _version_of(client, move.thread_id))[1]
 
 
