@@ -19,10 +19,12 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from toren import client as toren_client
@@ -110,18 +112,14 @@ def _agent_name(folder: str) -> str:
 async def cmd_deploy_check(args: argparse.Namespace) -> int:
     """Replay each agent's workflows; print a line each and what to do about breaks."""
     agents = {folder: _agent_name(folder) for folder in args.agent_dir}
-    checked: dict[str, list[ReplayCheck]] = {}
-    try:
-        client = await connect(args)
-        for name in agents.values():
-            checked[name] = await toren_client.deploy_check(
-                client, name, closed_within=args.closed_within, limit=args.limit
-            )
-    except (Unreachable, UndecodablePayloadError, CodecServerError) as err:
-        print(f"toren: {err}", file=sys.stderr)
-        return CANNOT_CHECK
-    except RPCError as err:
-        print(f"toren: Temporal said: {err.message}", file=sys.stderr)
+
+    async def check(client: Client, name: str) -> list[ReplayCheck]:
+        return await toren_client.deploy_check(
+            client, name, closed_within=args.closed_within, limit=args.limit
+        )
+
+    checked = await _ask_each(args, agents, check)
+    if checked is None:
         return CANNOT_CHECK
     every = [check for checks in checked.values() for check in checks]
     if args.json:
@@ -136,17 +134,12 @@ async def cmd_deploy_check(args: argparse.Namespace) -> int:
 async def cmd_move_threads(args: argparse.Namespace) -> int:
     """Wake each thread behind its deployment's current version; say which moved."""
     agents = {folder: _agent_name(folder) for folder in args.agent_dir}
-    try:
-        client = await connect(args)
-        moves = {
-            name: await toren_client.move_threads(client, name, wait=args.wait)
-            for name in agents.values()
-        }
-    except (Unreachable, UndecodablePayloadError, CodecServerError) as err:
-        print(f"toren: {err}", file=sys.stderr)
-        return CANNOT_CHECK
-    except RPCError as err:
-        print(f"toren: Temporal said: {err.message}", file=sys.stderr)
+
+    async def wake(client: Client, name: str) -> list[toren_client.ThreadMove]:
+        return await toren_client.move_threads(client, name, wait=args.wait)
+
+    moves = await _ask_each(args, agents, wake)
+    if moves is None:
         return CANNOT_CHECK
     stuck = 0
     for folder, name in agents.items():
@@ -168,6 +161,25 @@ async def cmd_move_threads(args: argparse.Namespace) -> int:
                     f"worker of {move.now} up? run this again later"
                 )
     return 1 if stuck else 0
+
+
+T = TypeVar("T")
+
+
+async def _ask_each(
+    args: argparse.Namespace,
+    agents: dict[str, str],
+    ask: Callable[[Client, str], Awaitable[T]],
+) -> dict[str, T] | None:
+    """`ask(client, name)` for each agent; `None`, having said why, when Temporal could not."""
+    try:
+        client = await connect(args)
+        return {name: await ask(client, name) for name in agents.values()}
+    except (Unreachable, UndecodablePayloadError, CodecServerError) as err:
+        print(f"toren: {err}", file=sys.stderr)
+    except RPCError as err:
+        print(f"toren: Temporal said: {err.message}", file=sys.stderr)
+    return None
 
 
 def _print_agent(folder: str, name: str, checks: list[ReplayCheck], within: str) -> None:
