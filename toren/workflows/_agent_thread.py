@@ -5,6 +5,7 @@ start {"agent": "support", "user_id": "alice"}      (workflow id = the thread id
 update send_message {"content": "..."} -> {"message_id", "status": "completed", "text", ...}
 signal send_message {"content": "..."}              (queued; nothing waits for it)
 signal close {"by": "alice"}                         (ends it once the running execution ends)
+signal upgrade                                       (at rest on an old version: move now)
 query  messages(start, limit) / execution() / pending_approvals() / ...
 ```
 
