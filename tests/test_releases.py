@@ -50,6 +50,14 @@ START_INPUTS = {"RunInput": "AgentRun", "ThreadInput": "AgentThread"}
 """The workflows' start inputs. A workflow refuses a start input key it does not know (a typo
 guard for people), and toren writes these too (continue-as-new, child runs): a new field fails
 a run whose next input a worker of the previous release reads."""
+NEW_KINDS = {
+    "RunInput.fork": "a fork (`toren fork`) is a new kind of run: a 0.1.0 worker refuses its "
+    "start at once, non-retryably, naming the key (forks need upgraded workers), and a "
+    "continued run's input leaves it out (`RunInput.continued_with`)",
+}
+"""Start input fields that begin a kind of run the previous release cannot run: it should
+refuse the start at once, naming the key, which is what its strict input check does. Each says
+why the previous release never meets the key on a path it can run."""
 RENAMED: dict[str, str] = {}
 """Wire types of the previous release renamed since, old name to new (a class's name is not on
 the wire, its fields are): the guard then compares their fields."""
@@ -107,6 +115,8 @@ def wire_problems(old: dict[str, Any], new: dict[str, Any], version: str) -> lis
             )
             continue
         for field, defaulted in now["fields"].items():
+            if field not in was["fields"] and f"{name}.{field}" in NEW_KINDS:
+                continue
             if field not in was["fields"] and name in START_INPUTS:
                 problems.append(
                     f"{name}.{field}: new, and {version}'s {START_INPUTS[name]} refuses an input "
@@ -182,6 +192,12 @@ def test_the_wire_guard_names_each_break() -> None:
     start = {"RunInput": kind({"agent": False}), "ThreadInput": kind({"agent": False})}
     grown = {**start, "RunInput": kind({"agent": False, "tenant": True})}
     assert wire_problems(start, grown, "0.1.0") == [
+        "RunInput.tenant: new, and 0.1.0's AgentRun refuses an input key it does not know "
+        "(carry it in RunState or ThreadCarry)"
+    ]
+    # A new kind of run the previous release refuses at once is the one exception.
+    forked = {**start, "RunInput": kind({"agent": False, "fork": True, "tenant": True})}
+    assert wire_problems(start, forked, "0.1.0") == [
         "RunInput.tenant: new, and 0.1.0's AgentRun refuses an input key it does not know "
         "(carry it in RunState or ThreadCarry)"
     ]

@@ -46,6 +46,10 @@ class RunEvents(RenderState):
             self.emit(event, "ThreadStarted", **fields, **wrong)
         else:
             fields = pick(run_input, "agent", "prompt", "arguments", "attachments")
+            fork = run_input.get("fork")
+            if isinstance(fork, dict):  # `toren fork`: where this run's conversation comes from
+                origin = pick(fork, "runId=run_id", "step", "execution")
+                fields["forkedFrom"] = {k: v for k, v in origin.items() if v is not None}
             self.emit(event, "RunStarted", **fields, **wrong)
 
     def _task_completed(self, event: HistoryEvent) -> None:
