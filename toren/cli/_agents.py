@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,12 @@ from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._mcp_config import McpServerConfig
 from toren.agent._spec import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.cli._common import codec_settings, connect
-from toren.errors import ConfigError, TorenError
+from toren.errors import ConfigError, TorenError, UsageError
 from toren.worker._agent import Agent, load_agent
 from toren.worker._tool_list import tool_infos
 from toren.worker.models._hosted import hosted_tool_problems
 
-__all__ = ["cmd_check", "cmd_worker", "load_folder"]
+__all__ = ["cmd_check", "cmd_worker", "fork_served", "load_folder"]
 
 
 def load_folder(folder: str) -> Agent:
@@ -53,6 +54,42 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         build_id=args.build_id,
     )
     return 0
+
+
+async def fork_served(args: argparse.Namespace) -> int:
+    """`toren fork --agent DIR [--model M]`: serve DIR here, on a queue of the fork's own.
+
+    The agent's own workers go on serving its queue with the code they have; this command
+    serves DIR (with `--model`, that model) on a private queue, starts the fork there and
+    follows it to its end. The fork runs only while this command serves it.
+    """
+    from toren import client as toren_client
+    from toren.cli._runs import follow
+    from toren.client._fork import source_agent
+    from toren.worker import serve
+
+    logging.getLogger("temporalio").setLevel(logging.WARNING)
+    agent = load_agent(args.agent)
+    client = await connect(args)
+    source = await source_agent(client, args.run_id)
+    if source != agent.name:
+        raise UsageError(
+            f"{args.agent} is agent {agent.name!r}, and run {args.run_id!r} is of agent "
+            f"{source!r}: fork it with a folder of {source!r} (a changed copy of it)"
+        )
+    run_id = args.id or f"{agent.name}-fork-{uuid.uuid4().hex[:12]}"
+    queue = f"{run_id}.fork"
+    async with serve(client, [agent], model_override=args.model, task_queue=queue):
+        handle = await toren_client.fork_run(
+            client,
+            args.run_id,
+            args.at_step,
+            execution=args.execution,
+            prompt_append=args.prompt_append,
+            workflow_id=run_id,
+            task_queue=queue,
+        )
+        return await follow(client, handle.id, args, agent_dir=args.agent)
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
