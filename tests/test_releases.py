@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
 from tests._releases import env_for, previous_version, unpack
@@ -38,6 +39,7 @@ from toren import client as toren_client
 from toren.client._events import render
 from toren.connect._plugin import TorenPlugin, workflow_runner
 from toren.errors import RunError
+from toren.worker import serve
 from toren.worker.activities._runtime import AgentRuntime
 from toren.workflows._input import one_raw_input
 
@@ -453,3 +455,41 @@ async def test_a_continued_input_with_a_newer_key_is_taken(
             assert answer["status"] == "completed", answer
     for history in await toren_client.histories(client, thread.id):
         assert task_failures(history) == []
+
+
+# -- a fork is a kind of run the previous release refuses ------------------------------------
+
+
+async def test_a_worker_of_the_previous_release_refuses_a_fork_by_name(
+    client: Client,
+    dev_server: DevServer,
+    make_agent: Callable[..., Path],
+    previous_release: Path,
+    tmp_path: Path,
+) -> None:
+    """`RunInput.fork` is the one new start key (`NEW_KINDS`): 0.1.0 fails such a run at once."""
+    folder = make_agent(script=["one", "two"])
+    old_folder = tmp_path / "old" / folder.name
+    old_folder.parent.mkdir()
+    subprocess.run(["cp", "-r", str(folder), str(old_folder)], check=True)
+    queue = f"{folder.name}-old"
+    with (old_folder / "agent.yaml").open("a") as f:
+        f.write(f"task_queue: {queue}\n")
+    workers = Workers(old_folder, dev_server, previous_release, tmp_path)
+    try:
+        workers.start("old")
+        async with serve(client, [folder]):
+            source = await toren_client.start_run(client, folder.name, "go")
+            await result_of(source)
+            fork = await toren_client.fork_run(client, source.id, 1, task_queue=queue)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await result_of(fork, timeout=60)
+    finally:
+        workers.stop_all()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidRunInput"
+    assert cause.non_retryable and "unknown key 'fork'" in cause.message
+    history = await client.get_workflow_handle(fork.id).fetch_history()
+    keep_history(client, history)
+    assert not task_failures(history)
+    assert workers.served(history) == {"old"}
