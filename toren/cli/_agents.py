@@ -9,13 +9,17 @@ run` and `toren chat` load the folder they are given, so `toren approve` loads n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+from temporalio.client import Client
 
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._mcp_config import McpServerConfig
@@ -26,7 +30,7 @@ from toren.worker._agent import Agent, load_agent
 from toren.worker._tool_list import tool_infos
 from toren.worker.models._hosted import hosted_tool_problems
 
-__all__ = ["cmd_check", "cmd_worker", "fork_served", "load_folder"]
+__all__ = ["cmd_check", "cmd_worker", "load_folder", "serving_fork"]
 
 
 def load_folder(folder: str) -> Agent:
@@ -56,21 +60,19 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-async def fork_served(args: argparse.Namespace) -> int:
+@contextlib.asynccontextmanager
+async def serving_fork(client: Client, args: argparse.Namespace) -> AsyncIterator[tuple[str, str]]:
     """`toren fork --agent DIR [--model M]`: serve DIR here, on a queue of the fork's own.
 
-    The agent's own workers go on serving its queue with the code they have; this command
-    serves DIR (with `--model`, that model) on a private queue, starts the fork there and
-    follows it to its end. The fork runs only while this command serves it.
+    Yields the fork's run id and that queue while DIR (with `--model`, that model) is served
+    on it. The agent's own workers go on serving its queue with the code they have; the fork
+    runs only while this block serves it.
     """
-    from toren import client as toren_client
-    from toren.cli._runs import follow
     from toren.client._fork import source_agent
     from toren.worker import serve
 
     logging.getLogger("temporalio").setLevel(logging.WARNING)
     agent = load_agent(args.agent)
-    client = await connect(args)
     source = await source_agent(client, args.run_id)
     if source != agent.name:
         raise UsageError(
@@ -80,16 +82,7 @@ async def fork_served(args: argparse.Namespace) -> int:
     run_id = args.id or f"{agent.name}-fork-{uuid.uuid4().hex[:12]}"
     queue = f"{run_id}.fork"
     async with serve(client, [agent], model_override=args.model, task_queue=queue):
-        handle = await toren_client.fork_run(
-            client,
-            args.run_id,
-            args.at_step,
-            execution=args.execution,
-            prompt_append=args.prompt_append,
-            workflow_id=run_id,
-            task_queue=queue,
-        )
-        return await follow(client, handle.id, args, agent_dir=args.agent)
+        yield run_id, queue
 
 
 async def cmd_check(args: argparse.Namespace) -> int:

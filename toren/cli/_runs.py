@@ -140,21 +140,22 @@ async def cmd_fork(args: argparse.Namespace) -> int:
             "--no-wait with --agent: the fork runs on a queue only this command serves, so it "
             "waits for the fork's end"
         )
-    if args.agent:
-        # Serving the folder imports the agent's tools: the one module that may (`_agents`).
-        from toren.cli._agents import fork_served
-
-        return await fork_served(args)
     client = await connect(args)
-    handle = await toren_client.fork_run(
-        client,
-        args.run_id,
-        args.at_step,
-        execution=args.execution,
-        prompt_append=args.prompt_append,
-        workflow_id=args.id,
-    )
-    return await follow(client, handle.id, args)
+    fork = {
+        "execution": args.execution,
+        "prompt_append": args.prompt_append,
+        "workflow_id": args.id,
+    }
+    if not args.agent:
+        handle = await toren_client.fork_run(client, args.run_id, args.at_step, **fork)
+        return await follow(client, handle.id, args)
+    # Serving the folder imports the agent's tools: the one module that may (`_agents`).
+    from toren.cli._agents import serving_fork
+
+    async with serving_fork(client, args) as (run_id, queue):
+        fork.update(workflow_id=run_id, task_queue=queue)
+        handle = await toren_client.fork_run(client, args.run_id, args.at_step, **fork)
+        return await follow(client, handle.id, args, agent_dir=args.agent)
 
 
 async def follow(
