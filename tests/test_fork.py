@@ -294,3 +294,29 @@ async def test_fork_with_a_changed_agent_through_the_command(
     history = await fetch_history(client, fork_id)
     started = history.events[0].workflow_execution_started_event_attributes
     assert started.task_queue.name == f"{fork_id}.fork"
+
+
+GATED_REFUND = REFUND.replace('idempotency="none",', 'idempotency="none",\n    approval="always",')
+
+
+async def test_a_fork_of_a_running_run(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "ran.txt"
+    folder = make_agent(tools=tools(log, lookup=LOOKUP, refund=GATED_REFUND))
+    queue = f"fork-{uuid.uuid4().hex[:8]}"
+    async with (
+        serve(client, [folder], models={"mock/scripted": ScriptedModel(REFUND_SCRIPT)}),
+        serve(
+            client, [folder], models={"mock/scripted": ScriptedModel([saw] * 3)}, task_queue=queue
+        ),
+    ):
+        source = await toren_client.start_run(client, folder.name, "My order A-1 broke")
+        [waiting] = await toren_client.wait_for_approval(client, source.id)
+        # The source waits for a person on its step-2 refund; the fork goes on from step 2.
+        fork = await toren_client.fork_run(client, source.id, 2, task_queue=queue)
+        result = await result_of(fork)
+        await toren_client.deny(client, source.id, waiting.call_id, by="test")
+        await result_of(source)
+    assert result.text == "saw: My order A-1 broke | order A-1: paid 40 EUR, arrived broken"
+    assert ran(log) == ["lookup"]
