@@ -58,6 +58,11 @@ SKIPPED = {
         "needs a versioned deployment with a thread on its old version; tests/test_versioning.py "
         "runs the same command after a switch and checks the thread moved and v1 can stop"
     ),
+    "toren fork support-a1001 --at-step 2": (
+        "needs a finished run's id and, for --agent, a changed agent folder; tests/test_fork.py "
+        "forks runs, across continue-as-new and of a thread's execution, and runs `toren fork "
+        "--agent DIR --model mock/echo` through the command"
+    ),
     "toren workspace RUN_ID ./out": (
         "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"
     ),

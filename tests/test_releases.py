@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 
 from tests._releases import env_for, previous_version, unpack
@@ -38,6 +39,7 @@ from toren import client as toren_client
 from toren.client._events import render
 from toren.connect._plugin import TorenPlugin, workflow_runner
 from toren.errors import RunError
+from toren.worker import serve
 from toren.worker.activities._runtime import AgentRuntime
 from toren.workflows._input import one_raw_input
 
@@ -50,6 +52,14 @@ START_INPUTS = {"RunInput": "AgentRun", "ThreadInput": "AgentThread"}
 """The workflows' start inputs. A workflow refuses a start input key it does not know (a typo
 guard for people), and toren writes these too (continue-as-new, child runs): a new field fails
 a run whose next input a worker of the previous release reads."""
+NEW_KINDS = {
+    "RunInput.fork": "a fork (`toren fork`) is a new kind of run: a 0.1.0 worker refuses its "
+    "start at once, non-retryably, naming the key (forks need upgraded workers), and a "
+    "continued run's input leaves it out (`RunInput.continued_with`)",
+}
+"""Start input fields that begin a kind of run the previous release cannot run: it should
+refuse the start at once, naming the key, which is what its strict input check does. Each says
+why the previous release never meets the key on a path it can run."""
 RENAMED: dict[str, str] = {}
 """Wire types of the previous release renamed since, old name to new (a class's name is not on
 the wire, its fields are): the guard then compares their fields."""
@@ -107,6 +117,8 @@ def wire_problems(old: dict[str, Any], new: dict[str, Any], version: str) -> lis
             )
             continue
         for field, defaulted in now["fields"].items():
+            if field not in was["fields"] and f"{name}.{field}" in NEW_KINDS:
+                continue
             if field not in was["fields"] and name in START_INPUTS:
                 problems.append(
                     f"{name}.{field}: new, and {version}'s {START_INPUTS[name]} refuses an input "
@@ -182,6 +194,12 @@ def test_the_wire_guard_names_each_break() -> None:
     start = {"RunInput": kind({"agent": False}), "ThreadInput": kind({"agent": False})}
     grown = {**start, "RunInput": kind({"agent": False, "tenant": True})}
     assert wire_problems(start, grown, "0.1.0") == [
+        "RunInput.tenant: new, and 0.1.0's AgentRun refuses an input key it does not know "
+        "(carry it in RunState or ThreadCarry)"
+    ]
+    # A new kind of run the previous release refuses at once is the one exception.
+    forked = {**start, "RunInput": kind({"agent": False, "fork": True, "tenant": True})}
+    assert wire_problems(start, forked, "0.1.0") == [
         "RunInput.tenant: new, and 0.1.0's AgentRun refuses an input key it does not know "
         "(carry it in RunState or ThreadCarry)"
     ]
@@ -437,3 +455,41 @@ async def test_a_continued_input_with_a_newer_key_is_taken(
             assert answer["status"] == "completed", answer
     for history in await toren_client.histories(client, thread.id):
         assert task_failures(history) == []
+
+
+# -- a fork is a kind of run the previous release refuses ------------------------------------
+
+
+async def test_a_worker_of_the_previous_release_refuses_a_fork_by_name(
+    client: Client,
+    dev_server: DevServer,
+    make_agent: Callable[..., Path],
+    previous_release: Path,
+    tmp_path: Path,
+) -> None:
+    """`RunInput.fork` is the one new start key (`NEW_KINDS`): 0.1.0 fails such a run at once."""
+    folder = make_agent(script=["one", "two"])
+    old_folder = tmp_path / "old" / folder.name
+    old_folder.parent.mkdir()
+    subprocess.run(["cp", "-r", str(folder), str(old_folder)], check=True)
+    queue = f"{folder.name}-old"
+    with (old_folder / "agent.yaml").open("a") as f:
+        f.write(f"task_queue: {queue}\n")
+    workers = Workers(old_folder, dev_server, previous_release, tmp_path)
+    try:
+        workers.start("old")
+        async with serve(client, [folder]):
+            source = await toren_client.start_run(client, folder.name, "go")
+            await result_of(source)
+            fork = await toren_client.fork_run(client, source.id, 1, task_queue=queue)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await result_of(fork, timeout=60)
+    finally:
+        workers.stop_all()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidRunInput"
+    assert cause.non_retryable and "unknown key 'fork'" in cause.message
+    history = await client.get_workflow_handle(fork.id).fetch_history()
+    keep_history(client, history)
+    assert not task_failures(history)
+    assert workers.served(history) == {"old"}

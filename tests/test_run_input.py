@@ -58,6 +58,10 @@ def bad_inputs(agent: str) -> dict[str, tuple[Any, str]]:
         "capitalised": ({"Agent": agent, "Prompt": "p"}, "unknown key 'Agent'; did you mean 'agent'?; unknown key 'Prompt'; did you mean 'prompt'?"),
         "argumnets": ({"agent": agent, "prompt": "p", "argumnets": {}}, "unknown key 'argumnets'; did you mean 'arguments'?"),
         "forged carry": ({"agent": agent, "prompt": "p", "carry": {"step": 1}}, "'carry' is set by toren when a run continues as new"),
+        "fork x": ({"agent": agent, "prompt": "", "fork": "x"}, "'fork' must be a JSON object, got a string"),
+        "fork step 0": ({"agent": agent, "prompt": "", "fork": {"run_id": "r", "step": 0}}, "'fork.step' must be a whole number from 1, got 0"),
+        "fork colour": ({"agent": agent, "prompt": "", "fork": {"run_id": "r", "step": 1, "colour": 1}}, "'fork': unknown key 'colour'"),
+        "fork workspace": ({"agent": agent, "prompt": "", "fork": {"run_id": "r", "step": 1, "workspace": "v1"}}, "'fork.workspace' must be a workspace version id"),
     }  # fmt: skip
 
 

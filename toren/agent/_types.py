@@ -13,7 +13,10 @@ fails on a missing one without a default):
   requires it, or leaves it out at its default (`omit_defaults`).
 - No new field in `RunInput` or `ThreadInput`: N-1's workflows refuse a start key they do not
   know, and toren writes these itself (child runs, the client; continue-as-new too, which from
-  0.2 on ignores a key it does not know); carry it in `RunState` or `ThreadCarry`.
+  0.2 on ignores a key it does not know); carry it in `RunState` or `ThreadCarry`. The one
+  exception is a new kind of run that N-1 cannot run anyway and should refuse at once, naming
+  the key (`RunInput.fork`, 0.2: a fork needs upgraded workers); `tests/test_releases.py`
+  lists it, and a continued run's input leaves it out.
 - No new command (activity, timer, upsert, marker) in a workflow path, even behind
   `workflow.patched`, unless N-1's replay of N's history is given up: N-1 may take the run's
   next task. Add a value to an existing command instead (`TorenAgentDigest` rides the status
@@ -83,10 +86,21 @@ class RunInput:
     """Who the run is for (`ctx.user_id`)."""
     carry: RunState | None = None
     """Set by toren when a long run continues as new: everything the next run needs."""
+    fork: dict[str, Any] | None = None
+    """Set by `toren.client.fork_run`: this run continues another's conversation at a step.
+
+    `{"run_id", "step", "execution"?, "state", "workspace"}`: the source run (and, for a
+    thread, which execution), the model call it starts at (its first call is step `step`),
+    the key-value state and the workspace version the source had then. `messages` holds the
+    source's transcript up to that call; a non-empty `prompt` is one more user message after
+    it. A worker of 0.1.0 refuses this key at once (a fork needs upgraded workers)."""
 
     def continued_with(self, state: RunState) -> RunInput:
-        """The next run's input: the same request, carrying `state` whole."""
-        return dataclasses.replace(self, messages=None, carry=state)
+        """The next run's input: the same request, carrying `state` whole.
+
+        A fork's origin is in `state` (`forked_from`): the next run is no new fork.
+        """
+        return dataclasses.replace(self, messages=None, fork=None, carry=state)
 
 
 @dataclass
@@ -170,6 +184,9 @@ class RunState:
     `toren.worker._live.stream_state_json` writes it; the next run's stream goes on from there."""
     compaction: dict[str, Any] = field(default_factory=dict)
     """The compaction plan, message sizes and learned window (`toren.workflows._context_window`)."""
+    forked_from: dict[str, Any] | None = None
+    """A fork's origin, `{"run_id", "step", "execution"?}` (`RunInput.fork`): its steps are
+    numbered on from the source's, and its step budget counts from `step`."""
 
 
 @omit_defaults

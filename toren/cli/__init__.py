@@ -1,6 +1,6 @@
 """The `toren` command: run workers, start runs, decide approvals, read the event log.
 
-A client like `toren.client`, one module per command group: `_runs` (run, events, replay),
+A client like `toren.client`, one module per command group: `_runs` (run, fork, events, replay),
 `_approvals` (pending, approve, deny), `_chat`, `_store` (attach, workspace, store prune),
 `_setup` (setup, serve), `_deploy` (deploy check); what they share is in `_common`. Only the
 commands that run agent code on this machine (`worker`, `check`, and loading the folder `run`
@@ -13,6 +13,7 @@ toren chat examples/support [--thread ID]   talk in a thread; approvals asked in
 toren pending [RUN]                         calls waiting for a decision (no RUN: all)
 toren approve RUN CALL_ID --by alice        approve one (deny works the same)
 toren events RUN [--json]                   the run's history as an event log
+toren fork RUN --at-step N [--agent DIR]    a new run from RUN's conversation at step N
 toren check examples/support                load, validate, print tools and schemas
 toren setup                                 register toren's search attributes
 toren attach report.pdf                     parse a file for read_attachment; prints its id
@@ -123,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toren: Temporal said: {err.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        note = _runs.after_ctrl_c() if args.command == "run" else None
+        note = _runs.after_ctrl_c() if args.command in ("run", "fork") else None
         if note:
             print(note, file=sys.stderr, flush=True)
         return 130

@@ -9,23 +9,28 @@ run` and `toren chat` load the folder they are given, so `toren approve` loads n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+from temporalio.client import Client
 
 from toren.agent._config import AgentConfig, SandboxConfig
 from toren.agent._mcp_config import McpServerConfig
 from toren.agent._spec import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.cli._common import codec_settings, connect
-from toren.errors import ConfigError, TorenError
+from toren.errors import ConfigError, TorenError, UsageError
 from toren.worker._agent import Agent, load_agent
 from toren.worker._tool_list import tool_infos
 from toren.worker.models._hosted import hosted_tool_problems
 
-__all__ = ["cmd_check", "cmd_worker", "load_folder"]
+__all__ = ["cmd_check", "cmd_worker", "load_folder", "serving_fork"]
 
 
 def load_folder(folder: str) -> Agent:
@@ -53,6 +58,31 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         build_id=args.build_id,
     )
     return 0
+
+
+@contextlib.asynccontextmanager
+async def serving_fork(client: Client, args: argparse.Namespace) -> AsyncIterator[tuple[str, str]]:
+    """`toren fork --agent DIR [--model M]`: serve DIR here, on a queue of the fork's own.
+
+    Yields the fork's run id and that queue while DIR (with `--model`, that model) is served
+    on it. The agent's own workers go on serving its queue with the code they have; the fork
+    runs only while this block serves it.
+    """
+    from toren.client._fork import source_agent
+    from toren.worker import serve
+
+    logging.getLogger("temporalio").setLevel(logging.WARNING)
+    agent = load_agent(args.agent)
+    source = await source_agent(client, args.run_id)
+    if source != agent.name:
+        raise UsageError(
+            f"{args.agent} is agent {agent.name!r}, and run {args.run_id!r} is of agent "
+            f"{source!r}: fork it with a folder of {source!r} (a changed copy of it)"
+        )
+    run_id = args.id or f"{agent.name}-fork-{uuid.uuid4().hex[:12]}"
+    queue = f"{run_id}.fork"
+    async with serve(client, [agent], model_override=args.model, task_queue=queue):
+        yield run_id, queue
 
 
 async def cmd_check(args: argparse.Namespace) -> int:

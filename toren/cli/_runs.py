@@ -1,4 +1,4 @@
-"""`toren run`, `toren events` and `toren replay`: starting a run, following it, reading it back.
+"""`toren run`, `toren fork`, `toren events` and `toren replay`: starting, following, reading back.
 
 `toren run` follows a run across continue-as-new to the run that closes it, says what it waits
 for (`toren.cli._watch`) and prints the model's text as it streams (`toren.cli._live_print`).
@@ -27,8 +27,17 @@ from toren.cli._live_print import LivePrinter
 from toren.cli._watch import pasteable, toren_command, watch
 from toren.client._events import EventStream, format_event
 from toren.client._readable import ensure_readable
+from toren.errors import UsageError
 
-__all__ = ["add_parsers", "after_ctrl_c", "cmd_events", "cmd_replay", "cmd_run"]
+__all__ = [
+    "add_parsers",
+    "after_ctrl_c",
+    "cmd_events",
+    "cmd_fork",
+    "cmd_replay",
+    "cmd_run",
+    "follow",
+]
 
 _UNSUCCESSFUL = ("RunFailed", "RunTimedOut", "RunCanceled", "RunTerminated")
 
@@ -47,6 +56,32 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--no-wait", action="store_true", help="print the run id and return")
     p.add_argument("--json", action="store_true", help="print events as JSON lines")
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser(
+        "fork", help="a new run from a run's conversation at a step, going on live from there"
+    )
+    p.add_argument("run_id", help="the run (or thread, with --execution) to fork")
+    p.add_argument(
+        "--at-step",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the model call to start at (`toren events RUN` numbers them): it runs again, "
+        "with what it saw then; nothing before it runs again",
+    )
+    p.add_argument("--execution", type=int, metavar="K", help="a thread's K-th execution")
+    p.add_argument(
+        "--agent",
+        metavar="DIR",
+        help="run the fork with this agent folder, served by this command on a queue of its "
+        "own (default: the source's workers run it)",
+    )
+    p.add_argument("--model", help="with --agent: serve it with this model")
+    p.add_argument("--prompt-append", metavar="TEXT", help="one more user message after the cut")
+    p.add_argument("--id", help="the fork's run (workflow) id; default <agent>-fork-<random>")
+    p.add_argument("--no-wait", action="store_true", help="print the run id and return")
+    p.add_argument("--json", action="store_true", help="print events as JSON lines")
+    p.set_defaults(handler=cmd_fork)
 
     p = sub.add_parser("events", help="a run's history as an event log")
     p.add_argument("run_id")
@@ -92,6 +127,53 @@ async def cmd_run(args: argparse.Namespace) -> int:
     return await _follow(
         client, handle.id, as_json=args.json, show_help=True, agent_dir=args.agent_dir
     )
+
+
+async def cmd_fork(args: argparse.Namespace) -> int:
+    if args.model and not args.agent:
+        raise UsageError(
+            "--model needs --agent DIR: the fork is then served here, by DIR with that model "
+            "(without --agent, the source agent's own workers run it with their model)"
+        )
+    if args.agent and args.no_wait:
+        raise UsageError(
+            "--no-wait with --agent: the fork runs on a queue only this command serves, so it "
+            "waits for the fork's end"
+        )
+    client = await connect(args)
+    fork = {
+        "execution": args.execution,
+        "prompt_append": args.prompt_append,
+        "workflow_id": args.id,
+    }
+    if not args.agent:
+        handle = await toren_client.fork_run(client, args.run_id, args.at_step, **fork)
+        return await follow(client, handle.id, args)
+    # Serving the folder imports the agent's tools: the one module that may (`_agents`).
+    from toren.cli._agents import serving_fork
+
+    async with serving_fork(client, args) as (run_id, queue):
+        fork.update(workflow_id=run_id, task_queue=queue)
+        handle = await toren_client.fork_run(client, args.run_id, args.at_step, **fork)
+        return await follow(client, handle.id, args, agent_dir=args.agent)
+
+
+async def follow(
+    client: Client, run_id: str, args: argparse.Namespace, agent_dir: str | None = None
+) -> int:
+    """Say the fork `run_id` started, then follow it like `toren run` (unless `--no-wait`)."""
+    _started_run.append(run_id)
+    said = sys.stderr if args.json else sys.stdout
+    where = f"{args.run_id} at step {args.at_step}"
+    if args.execution:
+        where += f" of execution {args.execution}"
+    print(f"run {run_id} started: forked from {where}", file=said)
+    ui = _ui_url(client, run_id)
+    if ui:
+        print(f"  Web UI: {ui}", file=said)
+    if args.no_wait:
+        return 0
+    return await _follow(client, run_id, as_json=args.json, show_help=True, agent_dir=agent_dir)
 
 
 def after_ctrl_c() -> str | None:

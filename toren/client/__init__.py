@@ -4,8 +4,8 @@ Beside this public module: the event log rendered from history (`_events`), stre
 output (`_stream`, one shared reader per run and process in `_stream_feed`), threads
 (`_threads`), the check that this client can read a run before it writes into it
 (`_readable`), and replaying histories against this code (`_replay`), an agent's in flight
-before a deploy (`_deploy`). Imports `agent`, `store`, `connect` and `workflows`; never the
-worker's side.
+before a deploy (`_deploy`), where a fork of a run starts (`_fork`). Imports `agent`, `store`,
+`connect` and `workflows`; never the worker's side.
 
 ```python
 from toren import client as toren_client
@@ -30,20 +30,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
-from temporalio.converter import PayloadConverter
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
 from toren.client._deploy import ThreadMove, deploy_check, move_threads
 from toren.client._events import Event, read_through, render
+from toren.client._fork import copy_workspace, fork_point, no_such_run, recorded_workspace
 from toren.client._readable import check_readable, ensure_readable
 from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
 from toren.connect import _search_attributes as search_attributes
-from toren.errors import ApprovalWaitError, UndecodablePayloadError
+from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
 
 __all__ = [
     "InboxItem",
@@ -60,6 +59,7 @@ __all__ = [
     "move_threads",
     "events",
     "first_run",
+    "fork_run",
     "histories",
     "inbox",
     "messages",
@@ -119,6 +119,76 @@ async def start_run(
         static_summary=f"{agent}: {first_line[:120]}",
         static_details=(
             f"**agent** `{agent}` · started with `toren.client`\n\n"
+            "Tool calls that need a person show up under **Current Details** with the exact "
+            "JSON to paste into **More Actions → Send a Signal** (`approve` / `deny`)."
+        ),
+    )
+
+
+async def fork_run(
+    client: Client,
+    run_id: str,
+    at_step: int,
+    *,
+    execution: int | None = None,
+    prompt_append: str | None = None,
+    workflow_id: str | None = None,
+    task_queue: str | None = None,
+) -> WorkflowHandle[Any, RunResult]:
+    """Start a new `AgentRun` from run `run_id`'s conversation at its model call `at_step`.
+
+    The fork starts with what that call saw (the transcript up to it, the key-value state,
+    the workspace version, the attachments) and goes on live from it: its first model call is
+    step `at_step` again, and nothing before it runs again. `execution` picks one execution
+    (message) of a thread; `prompt_append` adds one user message after the cut. It runs on
+    `task_queue`, by default the source's (whose workers continue it); a queue where a changed
+    agent is served (`toren.worker.serve(..., task_queue=)`) runs the changed agent instead.
+    The source may be running or closed; a worker serving its task queue answers the queries
+    that read its transcript.
+
+    ```python
+    handle = await toren_client.fork_run(client, "support-1a2b", 2, prompt_append="Be brief.")
+    result = await handle.result()
+    ```
+
+    Raises:
+        UsageError: no such run, a step past its end, a thread without `execution`, or no
+            worker to read the transcript from (the message says which, and what to do).
+    """
+    if at_step < 1:
+        raise UsageError(f"a step is a model call's number, from 1; got {at_step}")
+    try:
+        chain = await histories(client, run_id)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise no_such_run(client, run_id) from None
+        raise
+    point = await fork_point(client, chain, at_step, execution)
+    new_id = workflow_id or f"{point.agent}-fork-{uuid.uuid4().hex[:12]}"
+    if point.workspace:
+        await asyncio.to_thread(copy_workspace, run_id, new_id, point.workspace)
+    messages = list(point.messages)
+    where = f"{run_id} at step {at_step}" + (f" of execution {execution}" if execution else "")
+    return await client.start_workflow(
+        "AgentRun",
+        RunInput(
+            agent=point.agent,
+            prompt=prompt_append or "",
+            arguments=point.arguments,
+            messages=messages,
+            attachments=point.attachments,
+            user_id=point.user_id,
+            fork=point.fork(),
+        ),
+        id=new_id,
+        task_queue=task_queue or point.task_queue,
+        result_type=RunResult,
+        search_attributes=await search_attributes.start_attributes(client, point.agent),
+        static_summary=f"{point.agent}: fork of {where}"[:200],
+        static_details=(
+            f"**agent** `{point.agent}` · forked from {where} with `toren.client.fork_run`: "
+            f"it starts from that step's conversation ({len(messages)} messages), state and "
+            "workspace, and runs on from there.\n\n"
             "Tool calls that need a person show up under **Current Details** with the exact "
             "JSON to paste into **More Actions → Send a Signal** (`approve` / `deny`)."
         ),
@@ -276,31 +346,9 @@ async def workspace_version(client: Client, run_id: str) -> str | None:
         await read_through(chain, converter)
         check_readable(client.data_converter, chain)
         for event in reversed(chain):
-            found = _recorded_workspace(event, converter.payload_converter)
+            found = recorded_workspace(event, converter.payload_converter)
             if found:
                 return found
-    return None
-
-
-def _recorded_workspace(event: HistoryEvent, converter: PayloadConverter) -> str | None:
-    if event.HasField("activity_task_completed_event_attributes"):
-        payloads = event.activity_task_completed_event_attributes.result.payloads
-    elif event.HasField("marker_recorded_event_attributes"):
-        payloads = event.marker_recorded_event_attributes.details["data"].payloads
-    elif event.HasField("workflow_execution_started_event_attributes"):
-        payloads = event.workflow_execution_started_event_attributes.input.payloads
-    else:
-        return None
-    for payload in payloads:
-        try:
-            value = converter.from_payloads([payload])[0]
-        except Exception:
-            continue
-        if not isinstance(value, dict):
-            continue
-        found = value.get("workspace") or (value.get("carry") or {}).get("workspace")
-        if isinstance(found, str) and found:
-            return found
     return None
 
 

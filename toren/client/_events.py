@@ -186,8 +186,12 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
             for item in body.get("tail", []):
                 message = item.get("message") if isinstance(item, dict) else None
                 if isinstance(message, dict) and message.get("role") == "tool":
+                    if self.inherited:  # a fork's: the transcript it starts from
+                        self.inherited -= 1
+                        continue
                     self._denied_in_workflow(event, message)
                     self._tool_result(event, message)
+            self.inherited = 0  # only the first call can bring them
             self._model_scheduled(event, info)
         elif tool is not None:
             self._tool_scheduled(event, tool, body)

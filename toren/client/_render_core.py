@@ -83,6 +83,9 @@ class RenderState:
         Each is recorded once in history, so a replay never pays for it again."""
         self.thread = False
         """Whether the history is an `AgentThread`'s (it takes messages and `close`)."""
+        self.inherited = 0
+        """Tool results a fork's first model call brings from its source (`RunInput.fork`):
+        they ran in the source, not here, so they are no ToolCallCompleted of this run."""
 
     def _decode(self, payloads: Payloads | None) -> list[Any]:
         if payloads is None or not payloads.payloads:

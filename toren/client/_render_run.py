@@ -46,6 +46,14 @@ class RunEvents(RenderState):
             self.emit(event, "ThreadStarted", **fields, **wrong)
         else:
             fields = pick(run_input, "agent", "prompt", "arguments", "attachments")
+            fork = run_input.get("fork")
+            if isinstance(fork, dict):  # `toren fork`: where this run's conversation comes from
+                messages = run_input.get("messages") or []
+                self.inherited = sum(
+                    1 for m in messages if isinstance(m, dict) and m.get("role") == "tool"
+                )
+                origin = pick(fork, "runId=run_id", "step", "execution")
+                fields["forkedFrom"] = {k: v for k, v in origin.items() if v is not None}
             self.emit(event, "RunStarted", **fields, **wrong)
 
     def _task_completed(self, event: HistoryEvent) -> None:

@@ -111,9 +111,16 @@ def build_workers(
     runtime: AgentRuntime,
     graceful_shutdown_timeout: timedelta = GRACEFUL_SHUTDOWN,
     deployment: WorkerDeploymentConfig | None = None,
+    task_queue: str | None = None,
 ) -> list[Worker]:
-    """One worker per task queue of `runtime`'s agents (of one deployment version, if given)."""
-    for queue, agents in runtime.task_queues().items():
+    """One worker per task queue of `runtime`'s agents (of one deployment version, if given).
+
+    `task_queue`: one worker on that queue for every agent instead (`serve`).
+    """
+    queues = runtime.task_queues()
+    if task_queue is not None:
+        queues = {task_queue: [a for group in queues.values() for a in group]}
+    for queue, agents in queues.items():
         runtime.serve_on(queue, agents)
     return [
         Worker(
@@ -128,7 +135,7 @@ def build_workers(
             max_cached_workflows=MAX_CACHED_RUNS,
             deployment_config=deployment,
         )
-        for queue, agents in runtime.task_queues().items()
+        for queue, agents in queues.items()
     ]
 
 
@@ -157,8 +164,12 @@ async def serve(
     meter_provider: Any = None,
     deployment: str | None = None,
     build_id: str | None = None,
+    task_queue: str | None = None,
 ) -> AsyncIterator[AgentRuntime]:
     """Run workers for `folders` while the block runs; yields the runtime.
+
+    `task_queue` serves every agent on that one queue instead of agent.yaml's (`toren fork
+    --agent` serves a changed agent on a queue of its own, beside the agent's own workers).
 
     `tracer_provider` / `meter_provider` (OpenTelemetry's) turn on spans and metrics of model
     and tool calls (`toren.worker._telemetry`). `deployment` and `build_id` (default
@@ -173,7 +184,9 @@ async def serve(
     await _check_search_attributes(client, runtime)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(await _attach_mcp(runtime))
-        workers = build_workers(client, runtime, graceful_shutdown_timeout, versioning)
+        workers = build_workers(
+            client, runtime, graceful_shutdown_timeout, versioning, task_queue=task_queue
+        )
         for worker in workers:
             await stack.enter_async_context(worker)
         yield runtime

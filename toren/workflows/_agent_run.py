@@ -135,8 +135,12 @@ class AgentRun(RunHandlers):
             self._run, input, self._approvals, self._background, publish=self.publish
         )
         if input.carry is None:
-            prompt = {"role": "user", "content": input.prompt}
-            self._transcript.append_input([*(input.messages or []), prompt])
+            opening = list(input.messages or [])
+            if input.fork is None or input.prompt:
+                opening.append({"role": "user", "content": input.prompt})
+            if input.fork is not None:
+                self._start_fork(input.fork, opening)
+            self._transcript.append_input(opening)
         try:
             result = await self._answer()
         except RunError as err:
@@ -152,6 +156,23 @@ class AgentRun(RunHandlers):
         )
         await self._close_stream()
         return result
+
+    def _start_fork(self, fork: dict[str, Any], opening: list[Message]) -> None:
+        """Start where the source run's step `fork["step"]` started: its state and workspace.
+
+        Nothing before that step runs again: the transcript holds its results. The call ids
+        it used stay taken, so a new call with the same tool-use id gets its own id.
+        """
+        run = self._run
+        run.forked_from = {
+            k: fork[k] for k in ("run_id", "step", "execution") if fork.get(k) is not None
+        }
+        run.step = int(fork["step"]) - 1
+        run.state = dict(fork.get("state") or {})
+        run.workspace = fork.get("workspace")
+        taken = [c.get("id") for m in opening for c in m.get("tool_calls") or []]
+        taken += [m.get("tool_call_id") for m in opening if m.get("role") == "tool"]
+        run.call_ids = list(dict.fromkeys(str(i) for i in taken if i))
 
     def publish(self, type_: str, fields: dict[str, Any]) -> None:
         """Publish a live item (`toren.worker._live`): its `type`, `run_id`, `step`, then `fields`.
@@ -213,6 +234,11 @@ class AgentRun(RunHandlers):
         """Which agent definition and Worker Deployment Version this run is on, for the Web UI."""
         spec = self._run.spec
         said = f"; agent {spec.digest}" if spec is not None and spec.digest else ""
+        origin = self._run.forked_from
+        if origin:
+            said += f"; forked from {origin['run_id']} at step {origin['step']}"
+            if origin.get("execution"):
+                said += f" of execution {origin['execution']}"
         version = workflow.info().get_current_deployment_version()
         if version is not None:
             said += f"; on version {version.to_canonical_string()}"
@@ -299,7 +325,9 @@ class AgentRun(RunHandlers):
         while True:
             if run.step > 0 and self._should_continue():
                 await self._continue_as_new()
-            if run.step >= spec.max_steps:
+            # A fork's budget is fresh: it counts the steps taken since it started.
+            first = int(run.forked_from["step"]) - 1 if run.forked_from else 0
+            if run.step - first >= spec.max_steps:
                 raise RunError(
                     f"run exceeded maxStepsPerTask={spec.max_steps} without a final answer",
                     kind="BudgetExceeded",

@@ -34,7 +34,10 @@ __all__ = [
 ]
 
 _AGENT = re.compile(r"^[a-z][a-z0-9_]*$")
-_KEYS = ("agent", "prompt", "arguments", "messages", "attachments", "user_id", "carry")
+_KEYS = ("agent", "prompt", "arguments", "messages", "attachments", "user_id", "carry", "fork")
+_FORK_KEYS = ("run_id", "step", "execution", "state", "workspace")
+_VERSION = re.compile(r"^[0-9a-f]{64}$")
+"""A workspace version id (`toren.store._workspace`)."""
 _THREAD_KEYS = ("agent", "user_id", "arguments", "carry")
 _IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@=+-]{0,199}$")
 """A user id or thread id: letters, digits and `._:@=+-`, up to 200 characters."""
@@ -188,6 +191,9 @@ def parse_run_input(raw: Any) -> RunInput:
     if user_id is not None and (problem := identifier_problem("'user_id'", user_id)):
         problems.append(problem)
     carry = _carried(raw, RunState, "run", problems)
+    fork = raw.get("fork")
+    if fork is not None:
+        problems += _fork_problems(fork)
     if problems:
         raise InvalidRunInput("; ".join(problems))
     return RunInput(
@@ -198,7 +204,31 @@ def parse_run_input(raw: Any) -> RunInput:
         attachments=attachments,
         user_id=user_id,
         carry=carry,
+        fork=fork,
     )
+
+
+def _fork_problems(fork: Any) -> list[str]:
+    """Why `fork` (`RunInput.fork`) is not where a fork starts from, naming each wrong key."""
+    if not isinstance(fork, dict):
+        return [f"'fork' must be a JSON object, got {json_type(fork)}"]
+    problems = [f"'fork': {_unknown(str(k), _FORK_KEYS)}" for k in fork if k not in _FORK_KEYS]
+    run_id = fork.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        problems.append(f"'fork.run_id' must be the source run's id, got {json_type(run_id)}")
+    for key in ("step", "execution"):
+        value = fork.get(key)
+        if (value is not None or key == "step") and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            problems.append(f"'fork.{key}' must be a whole number from 1, got {value!r}")
+    state = fork.get("state")
+    if state is not None and not isinstance(state, dict):
+        problems.append(f"'fork.state' must be a JSON object, got {json_type(state)}")
+    workspace = fork.get("workspace")
+    if workspace is not None and not (isinstance(workspace, str) and _VERSION.match(workspace)):
+        problems.append(f"'fork.workspace' must be a workspace version id, got {workspace!r}")
+    return problems
 
 
 C = TypeVar("C", RunState, ThreadCarry)
