@@ -56,6 +56,10 @@ NEW_KINDS = {
     "RunInput.fork": "a fork (`toren fork`) is a new kind of run: a 0.1.0 worker refuses its "
     "start at once, non-retryably, naming the key (forks need upgraded workers), and a "
     "continued run's input leaves it out (`RunInput.continued_with`)",
+    "RunInput.eval": "an eval run (`toren eval`) is a new kind of run, started only on a task "
+    "queue the eval command serves with the current code: a 0.1.0 worker refuses its start at "
+    "once, non-retryably, naming the key, and a continued run's input leaves it out (its record "
+    "travels in `RunState.eval`)",
 }
 """Start input fields that begin a kind of run the previous release cannot run: it should
 refuse the start at once, naming the key, which is what its strict input check does. Each says

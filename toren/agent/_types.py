@@ -94,13 +94,22 @@ class RunInput:
     the key-value state and the workspace version the source had then. `messages` holds the
     source's transcript up to that call; a non-empty `prompt` is one more user message after
     it. A worker of 0.1.0 refuses this key at once (a fork needs upgraded workers)."""
+    eval: dict[str, Any] | None = None
+    """Set by `toren.client.start_eval`: this run re-runs a recorded run with a changed agent.
+
+    `{"run_id", "calls", "on_diverge"}`: the recorded run, its tool calls in the order it made
+    them (`[{"tool", "args", "result", "is_error", "decision"?, "workspace"?}]`), and what a
+    call the record cannot answer does (`continue`: an error result; `stop`: the run fails
+    with kind `Diverged`). An `external` tool is never executed in such a run
+    (`toren.workflows._eval_calls`). A worker of 0.1.0 refuses this key at once."""
 
     def continued_with(self, state: RunState) -> RunInput:
         """The next run's input: the same request, carrying `state` whole.
 
-        A fork's origin is in `state` (`forked_from`): the next run is no new fork.
+        A fork's origin is in `state` (`forked_from`), an eval's record too (`eval`): the
+        next run is no new fork or eval.
         """
-        return dataclasses.replace(self, messages=None, fork=None, carry=state)
+        return dataclasses.replace(self, messages=None, fork=None, eval=None, carry=state)
 
 
 @dataclass
@@ -187,6 +196,8 @@ class RunState:
     forked_from: dict[str, Any] | None = None
     """A fork's origin, `{"run_id", "step", "execution"?}` (`RunInput.fork`): its steps are
     numbered on from the source's, and its step budget counts from `step`."""
+    eval: dict[str, Any] | None = None
+    """An eval run's record (`RunInput.eval`) and `position`, how far its calls got in it."""
 
 
 @omit_defaults

@@ -20,6 +20,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from toren.agent._attempts import attempts_before, failure_record
 from toren.client._render_core import RenderState, failure_text, pick
 from toren.workflows._budget import CACHE_KEYS, cost_usd
+from toren.workflows._eval_calls import EVAL_MEMO
 
 __all__ = ["MODEL_ACTIVITY", "RunEvents"]
 
@@ -54,6 +55,9 @@ class RunEvents(RenderState):
                 )
                 origin = pick(fork, "runId=run_id", "step", "execution")
                 fields["forkedFrom"] = {k: v for k, v in origin.items() if v is not None}
+            replay = run_input.get("eval")
+            if isinstance(replay, dict):  # `toren eval`: which recorded run this re-runs
+                fields["evalOf"] = replay.get("run_id")
             self.emit(event, "RunStarted", **fields, **wrong)
 
     def _task_completed(self, event: HistoryEvent) -> None:
@@ -135,9 +139,36 @@ class RunEvents(RenderState):
                 ),
                 message=failure_text(task_failed.failure),
             )
+        elif t == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            memo = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+            if EVAL_MEMO in memo:
+                try:
+                    body = self.converter.from_payloads([memo[EVAL_MEMO]])[0]
+                except Exception:
+                    body = None
+                self._eval_answered(event, body)
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             continued = event.workflow_execution_continued_as_new_event_attributes
             self.emit(event, "RunContinuedAsNew", newRunId=continued.new_execution_run_id)
+
+    def _eval_answered(self, event: HistoryEvent, body: Any) -> None:
+        """EvalAnswered: how an eval run answered a call (`toren.workflows._eval_calls`).
+
+        A recorded decision it took without waiting is an ApprovalResolved `via: eval` too.
+        """
+        if not isinstance(body, dict):
+            return
+        decision = body.get("decision")
+        if isinstance(decision, dict):
+            self.emit(
+                event, "ApprovalResolved", callId=body.get("call_id"),
+                approved=bool(decision.get("approved")), by=decision.get("by"),
+                comment=decision.get("comment", ""), via="eval", identity="",
+            )  # fmt: skip
+        self.emit(
+            event, "EvalAnswered", callId=body.get("call_id"), tool=body.get("tool"),
+            answer=body.get("answer"), recordedIndex=body.get("index"),
+        )  # fmt: skip
 
     def _run_completed(self, event: HistoryEvent) -> None:
         result = self._first(event.workflow_execution_completed_event_attributes.result)

@@ -140,6 +140,9 @@ class AgentRun(RunHandlers):
                 opening.append({"role": "user", "content": input.prompt})
             if input.fork is not None:
                 self._start_fork(input.fork, opening)
+            if input.eval is not None:
+                # Its record travels in the state, across continue-as-new, with how far it got.
+                self._run.eval = {**input.eval, "position": 0}
             self._transcript.append_input(opening)
         try:
             result = await self._answer()
@@ -239,6 +242,8 @@ class AgentRun(RunHandlers):
             said += f"; forked from {origin['run_id']} at step {origin['step']}"
             if origin.get("execution"):
                 said += f" of execution {origin['execution']}"
+        if self._run.eval:
+            said += f"; eval of {self._run.eval.get('run_id')} (external tools never run)"
         version = workflow.info().get_current_deployment_version()
         if version is not None:
             said += f"; on version {version.to_canonical_string()}"

@@ -34,8 +34,14 @@ __all__ = [
 ]
 
 _AGENT = re.compile(r"^[a-z][a-z0-9_]*$")
-_KEYS = ("agent", "prompt", "arguments", "messages", "attachments", "user_id", "carry", "fork")
+_KEYS = (
+    "agent", "prompt", "arguments", "messages", "attachments", "user_id", "carry", "fork", "eval",
+)  # fmt: skip
 _FORK_KEYS = ("run_id", "step", "execution", "state", "workspace")
+_EVAL_KEYS = ("run_id", "calls", "on_diverge")
+_CALL_KEYS = ("tool", "args", "result", "is_error", "decision", "workspace")
+ON_DIVERGE = ("continue", "stop")
+"""What an eval run does with a call its record cannot answer (`RunInput.eval`)."""
 _VERSION = re.compile(r"^[0-9a-f]{64}$")
 """A workspace version id (`toren.store._workspace`)."""
 _THREAD_KEYS = ("agent", "user_id", "arguments", "carry")
@@ -194,6 +200,11 @@ def parse_run_input(raw: Any) -> RunInput:
     fork = raw.get("fork")
     if fork is not None:
         problems += _fork_problems(fork)
+    replay = raw.get("eval")
+    if replay is not None:
+        problems += _eval_problems(replay)
+        if fork is not None:
+            problems.append("'eval' and 'fork' together: an eval re-runs a run from its start")
     if problems:
         raise InvalidRunInput("; ".join(problems))
     return RunInput(
@@ -205,6 +216,7 @@ def parse_run_input(raw: Any) -> RunInput:
         user_id=user_id,
         carry=carry,
         fork=fork,
+        eval=replay,
     )
 
 
@@ -228,6 +240,51 @@ def _fork_problems(fork: Any) -> list[str]:
     workspace = fork.get("workspace")
     if workspace is not None and not (isinstance(workspace, str) and _VERSION.match(workspace)):
         problems.append(f"'fork.workspace' must be a workspace version id, got {workspace!r}")
+    return problems
+
+
+def _eval_problems(replay: Any) -> list[str]:
+    """Why `replay` (`RunInput.eval`) is not a recorded run to answer calls from."""
+    if not isinstance(replay, dict):
+        return [f"'eval' must be a JSON object, got {json_type(replay)}"]
+    problems = [f"'eval': {_unknown(str(k), _EVAL_KEYS)}" for k in replay if k not in _EVAL_KEYS]
+    run_id = replay.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        problems.append(f"'eval.run_id' must be the recorded run's id, got {json_type(run_id)}")
+    on_diverge = replay.get("on_diverge", "continue")
+    if on_diverge not in ON_DIVERGE:
+        problems.append(
+            f"'eval.on_diverge' must be one of {', '.join(ON_DIVERGE)}, got {on_diverge!r}"
+        )
+    calls = replay.get("calls")
+    if not isinstance(calls, list):
+        return [*problems, f"'eval.calls' must be a list of recorded calls, got {json_type(calls)}"]
+    for i, call in enumerate(calls):
+        where = f"'eval.calls[{i}]"
+        if not isinstance(call, dict):
+            problems.append(f"{where}' must be an object, got {json_type(call)}")
+            continue
+        problems += [
+            f"{where}': {_unknown(str(k), _CALL_KEYS)}" for k in call if k not in _CALL_KEYS
+        ]
+        for key, valid, what in (
+            ("tool", isinstance(call.get("tool"), str), "a tool name"),
+            ("args", isinstance(call.get("args"), dict), "a JSON object"),
+            ("result", isinstance(call.get("result"), str), "a string"),
+            ("is_error", isinstance(call.get("is_error", False), bool), "true or false"),
+        ):
+            if not valid:
+                problems.append(f"{where}.{key}' must be {what}, got {json_type(call.get(key))}")
+        decision = call.get("decision")
+        if decision is not None and not (
+            isinstance(decision, dict) and isinstance(decision.get("approved"), bool)
+        ):
+            problems.append(f"{where}.decision' must be an object with 'approved' true or false")
+        workspace = call.get("workspace")
+        if workspace is not None and not (isinstance(workspace, str) and _VERSION.match(workspace)):
+            problems.append(f"{where}.workspace' must be a workspace version id, got {workspace!r}")
+        if len(problems) > 10:
+            break  # one line, not one per recorded call
     return problems
 
 

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background
+    from toren.workflows._eval_calls import EvalRecord
 
 __all__ = ["CallOutcome", "Publish", "ToolCalls", "flow_id"]
 
@@ -144,6 +145,9 @@ class ToolCalls:
         if problem is not None:
             return made_here(f"invalid arguments for {name}: {problem}")
 
+        if self._run.eval is not None:
+            return await self._eval_call(tool, use_id, call_id, args)
+
         gate = await self._check_gate(tool, call_id, args)
         if gate.error is not None:
             return made_here(f"invalid arguments for {name}: {gate.error}")
@@ -159,6 +163,50 @@ class ToolCalls:
 
         result = await self._execute(tool, use_id, args)
         message = tool_message(use_id, name, result.content, result.is_error)
+        return CallOutcome(message, {"call_id": use_id}, result.changes)
+
+    async def _eval_call(
+        self, tool: ToolSpec, use_id: str, call_id: str, args: dict[str, Any]
+    ) -> CallOutcome:
+        """An eval run's call: what its `effects` allow (`toren.workflows._eval_calls`).
+
+        `external` (or any effects but `none` and `sandbox`: the safe reading of a value this
+        release does not know) is answered from the record, never executed; a gated call takes
+        the recorded decision without waiting, or is answered "would ask a person".
+        """
+        record = EvalRecord(self._run)
+        recorded = record.match(tool.name, args)  # before any await: call order decides
+
+        def made_here(text: str, failed: bool = True) -> CallOutcome:
+            message = tool_message(use_id, tool.name, text, failed)
+            return CallOutcome(message, {"message": message})
+
+        gate = await self._check_gate(tool, call_id, args)
+        if gate.error is not None:
+            return made_here(f"invalid arguments for {tool.name}: {gate.error}")
+        runs_here = tool.effects in ("none", "sandbox")
+        decided = gate.gated
+        if gate.gated:
+            decision = recorded.decision if recorded is not None else None
+            if decision is None:
+                return made_here(record.would_ask(call_id, tool.name))
+            if not decision["approved"]:
+                record.note(call_id, tool.name, "denied", recorded, decided=True)
+                comment = f": {decision['comment']}" if decision.get("comment") else ""
+                return made_here(f"denied by {decision.get('by') or 'unknown'}{comment}")
+        if not runs_here:
+            if recorded is None:
+                return made_here(record.diverged(call_id, tool.name, args))
+            record.note(call_id, tool.name, "recorded", recorded, decided=decided)
+            return made_here(str(recorded.call["result"]), bool(recorded.call.get("is_error")))
+        if decided:
+            record.note(call_id, tool.name, "executed", recorded, decided=True)
+        if tool.native:
+            text, failed = await self._background.run_native(tool, use_id, args)
+            return made_here(text, failed)
+        restore = recorded.call.get("workspace") if recorded is not None else None
+        result = await self._execute(tool, use_id, args, restore=restore)
+        message = tool_message(use_id, tool.name, result.content, result.is_error)
         return CallOutcome(message, {"call_id": use_id}, result.changes)
 
     async def _check_gate(
@@ -215,11 +263,16 @@ class ToolCalls:
         )  # fmt: skip
         return decision
 
-    async def _execute(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
+    async def _execute(
+        self, tool: ToolSpec, use_id: str, args: dict[str, Any], restore: str | None = None
+    ) -> ToolCallResult:
+        """Run the call's activity; `restore`: over this workspace version (an eval's)."""
         if tool.workspace:
             # Workspace calls run one at a time, in the order the model asked for them: each
             # starts from the version the one before it recorded, and records the one it leaves.
             async with self._workspace_lock:
+                if restore:
+                    self._run.workspace = restore
                 result = await self._activity(tool, use_id, args)
         else:
             result = await self._activity(tool, use_id, args)
