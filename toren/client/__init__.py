@@ -4,7 +4,8 @@ Beside this public module: the event log rendered from history (`_events`), stre
 output (`_stream`, one shared reader per run and process in `_stream_feed`), threads
 (`_threads`), the check that this client can read a run before it writes into it
 (`_readable`), and replaying histories against this code (`_replay`), an agent's in flight
-before a deploy (`_deploy`), where a fork of a run starts (`_fork`). Imports `agent`, `store`,
+before a deploy (`_deploy`), where a fork of a run starts (`_fork`), eval runs (`_eval`) and
+the trajectories and scorers they are compared by (`_trajectory`). Imports `agent`, `store`,
 `connect` and `workflows`; never the worker's side.
 
 ```python
@@ -35,19 +36,38 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
 from toren.client._deploy import ThreadMove, deploy_check, move_threads
+from toren.client._eval import EvalSource, is_eval, source_from_histories, start_eval
 from toren.client._events import Event, read_through, render
 from toren.client._fork import copy_workspace, fork_point, no_such_run, recorded_workspace
 from toren.client._readable import check_readable, ensure_readable
 from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
+from toren.client._trajectory import (
+    Divergence,
+    Scorer,
+    ToolStep,
+    Trajectory,
+    Turn,
+    divergence,
+    exact_match,
+    load_scorer,
+    tool_sequence,
+    trajectory,
+)
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
 
 __all__ = [
+    "Divergence",
+    "EvalSource",
     "InboxItem",
     "LiveStream",
     "ReplayCheck",
+    "Scorer",
+    "ToolStep",
+    "Trajectory",
+    "Turn",
     "ThreadMove",
     "StreamEvent",
     "approve",
@@ -57,7 +77,12 @@ __all__ = [
     "deny",
     "deploy_check",
     "move_threads",
+    "divergence",
+    "eval_source",
     "events",
+    "exact_match",
+    "is_eval",
+    "load_scorer",
     "first_run",
     "fork_run",
     "histories",
@@ -68,8 +93,11 @@ __all__ = [
     "run_agent",
     "send_message",
     "start_run",
+    "start_eval",
     "start_thread",
     "stream",
+    "tool_sequence",
+    "trajectory",
     "wait_for_approval",
     "workspace_version",
 ]
@@ -315,6 +343,24 @@ async def histories(client: Client, run_id: str) -> list[WorkflowHistory]:
         run = started.continued_execution_run_id or None
         if run is None:
             return list(reversed(chain))
+
+
+async def eval_source(client: Client, run_id: str, agent: str | None = None) -> EvalSource:
+    """Read run `run_id` (its whole chain) as the source of an eval (`start_eval`).
+
+    Raises:
+        UsageError: no such run, not an `AgentRun`, a fork or an eval run itself, or a run of
+            another agent than `agent` (each says which).
+    """
+    try:
+        chain = await histories(client, run_id)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise no_such_run(client, run_id) from None
+        raise
+    return await source_from_histories(
+        chain, client.data_converter.payload_converter, agent, client
+    )
 
 
 async def first_run(client: Client, run_id: str) -> str:
