@@ -2,7 +2,8 @@
 
 A client like `toren.client`, one module per command group: `_runs` (run, fork, events, replay),
 `_approvals` (pending, approve, deny), `_chat`, `_store` (attach, workspace, store prune),
-`_setup` (setup, serve), `_deploy` (deploy check); what they share is in `_common`. Only the
+`_setup` (setup, serve), `_deploy` (deploy check), `_eval` (eval); what they share is in
+`_common`. Only the
 commands that run agent code on this machine (`worker`, `check`, and loading the folder `run`
 and `chat` are given) reach into the worker's side, through `_agents`, imported when they run.
 
@@ -14,6 +15,7 @@ toren pending [RUN]                         calls waiting for a decision (no RUN
 toren approve RUN CALL_ID --by alice        approve one (deny works the same)
 toren events RUN [--json]                   the run's history as an event log
 toren fork RUN --at-step N [--agent DIR]    a new run from RUN's conversation at step N
+toren eval DIR --runs RUN... [--out D]      re-run recorded runs with a changed agent; report
 toren check examples/support                load, validate, print tools and schemas
 toren setup                                 register toren's search attributes
 toren attach report.pdf                     parse a file for read_attachment; prints its id
@@ -38,7 +40,7 @@ from collections.abc import Sequence
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from toren.cli import _approvals, _chat, _compact, _deploy, _runs, _setup, _store
+from toren.cli import _approvals, _chat, _compact, _deploy, _eval, _runs, _setup, _store
 from toren.cli._common import Unreachable, add_codec_flags
 from toren.errors import CodecServerError, TorenError, UndecodablePayloadError
 
@@ -78,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_worker)
 
     _runs.add_parsers(sub)
+    _eval.add_parsers(sub)
     _chat.add_parsers(sub)
     _compact.add_parsers(sub)
     _approvals.add_parsers(sub)

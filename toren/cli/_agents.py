@@ -30,7 +30,7 @@ from toren.worker._agent import Agent, load_agent
 from toren.worker._tool_list import tool_infos
 from toren.worker.models._hosted import hosted_tool_problems
 
-__all__ = ["cmd_check", "cmd_worker", "load_folder", "serving_fork"]
+__all__ = ["cmd_check", "cmd_worker", "load_folder", "serving", "serving_fork"]
 
 
 def load_folder(folder: str) -> Agent:
@@ -61,17 +61,30 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 
 @contextlib.asynccontextmanager
+async def serving(
+    client: Client, agent: Agent, queue: str, model: str | None = None
+) -> AsyncIterator[None]:
+    """Serve `agent` (`load_folder`) here, with `model` when given, on task queue `queue`.
+
+    For runs of a changed agent that only this command runs (`toren fork --agent`, `toren
+    eval`): the agent's own workers go on serving its queue with the code they have.
+    """
+    from toren.worker import serve
+
+    logging.getLogger("temporalio").setLevel(logging.WARNING)
+    async with serve(client, [agent], model_override=model, task_queue=queue):
+        yield
+
+
+@contextlib.asynccontextmanager
 async def serving_fork(client: Client, args: argparse.Namespace) -> AsyncIterator[tuple[str, str]]:
     """`toren fork --agent DIR [--model M]`: serve DIR here, on a queue of the fork's own.
 
     Yields the fork's run id and that queue while DIR (with `--model`, that model) is served
-    on it. The agent's own workers go on serving its queue with the code they have; the fork
-    runs only while this block serves it.
+    on it; the fork runs only while this block serves it.
     """
     from toren.client._fork import source_agent
-    from toren.worker import serve
 
-    logging.getLogger("temporalio").setLevel(logging.WARNING)
     agent = load_agent(args.agent)
     source = await source_agent(client, args.run_id)
     if source != agent.name:
@@ -81,7 +94,7 @@ async def serving_fork(client: Client, args: argparse.Namespace) -> AsyncIterato
         )
     run_id = args.id or f"{agent.name}-fork-{uuid.uuid4().hex[:12]}"
     queue = f"{run_id}.fork"
-    async with serve(client, [agent], model_override=args.model, task_queue=queue):
+    async with serving(client, agent, queue, args.model):
         yield run_id, queue
 
 

@@ -36,7 +36,17 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
 from toren.client._deploy import ThreadMove, deploy_check, move_threads
-from toren.client._eval import EvalSource, is_eval, source_from_histories, start_eval
+from toren.client._eval import (
+    EvalCase,
+    EvalSource,
+    is_eval,
+    run_evals,
+    source_from_histories,
+    start_eval,
+)
+from toren.client._eval_report import as_json as eval_json
+from toren.client._eval_report import markdown as eval_markdown
+from toren.client._eval_report import table as eval_table
 from toren.client._events import Event, read_through, render
 from toren.client._fork import copy_workspace, fork_point, no_such_run, recorded_workspace
 from toren.client._readable import check_readable, ensure_readable
@@ -60,6 +70,7 @@ from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
 
 __all__ = [
     "Divergence",
+    "EvalCase",
     "EvalSource",
     "InboxItem",
     "LiveStream",
@@ -78,7 +89,10 @@ __all__ = [
     "deploy_check",
     "move_threads",
     "divergence",
+    "eval_json",
+    "eval_markdown",
     "eval_source",
+    "eval_table",
     "events",
     "exact_match",
     "is_eval",
@@ -91,8 +105,10 @@ __all__ = [
     "pending",
     "replay",
     "run_agent",
+    "run_evals",
     "send_message",
     "start_run",
+    "source_from_histories",
     "start_eval",
     "start_thread",
     "stream",

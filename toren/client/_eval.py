@@ -15,13 +15,15 @@ workflow command) and runs on a task queue where the changed agent is served. `t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.converter import PayloadConverter
 
 from toren.agent._types import RunInput, RunResult
@@ -29,16 +31,26 @@ from toren.client._events import read_through, render
 from toren.client._fork import copy_workspace
 from toren.client._readable import check_readable
 from toren.client._render_core import tool_of
-from toren.client._trajectory import Trajectory, trajectory
+from toren.client._trajectory import (
+    BUILT_IN,
+    Divergence,
+    Scorer,
+    Trajectory,
+    divergence,
+    trajectory,
+)
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import UsageError
 from toren.workflows._input import ON_DIVERGE
 
 __all__ = [
     "EVAL_MEMO_KEY",
+    "EvalCase",
     "EvalSource",
     "is_eval",
     "recorded_calls",
+    "run_evals",
+    "score",
     "source_from_histories",
     "start_eval",
 ]
@@ -190,7 +202,7 @@ async def start_eval(
     )
 
 
-def is_eval(memo: dict[str, Any]) -> bool:
+def is_eval(memo: Mapping[str, Any]) -> bool:
     """Whether a run's memo marks it an eval run."""
     return EVAL_MEMO_KEY in memo
 
@@ -217,3 +229,102 @@ def _first(converter: PayloadConverter, payloads: Any) -> Any:
         return converter.from_payloads([payloads[0]])[0]
     except Exception:
         return None
+
+
+@dataclass
+class EvalCase:
+    """One recorded run and its eval run, side by side, with the scores."""
+
+    source: str
+    eval_run: str
+    original: Trajectory
+    candidate: Trajectory
+    divergence: Divergence | None
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def answers(self, answer: str) -> int:
+        """How many of the candidate's calls were answered so (`diverged`, `would_ask`...)."""
+        return sum(1 for c in self.candidate.calls if c.eval == answer)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        return {
+            "source": self.source,
+            "eval_run": self.eval_run,
+            "divergence": asdict(self.divergence) if self.divergence else None,
+            "answered_from_record": self.answers("recorded"),
+            "diverged_calls": self.answers("diverged"),
+            "would_ask": self.answers("would_ask"),
+            "scores": self.scores,
+            "original": self.original.to_dict(),
+            "candidate": self.candidate.to_dict(),
+        }
+
+
+async def run_evals(
+    client: Client,
+    sources: list[EvalSource],
+    *,
+    task_queue: str,
+    scorers: dict[str, Scorer] | None = None,
+    parallel: int = 4,
+    on_diverge: str = "continue",
+) -> list[EvalCase]:
+    """Eval each of `sources` on `task_queue` (at most `parallel` at once), wait, compare.
+
+    A changed agent must be served on `task_queue` meanwhile. Cases come in `sources`' order;
+    an eval run that failed (a `Diverged` stop included) is a case with that status.
+    """
+    scorers = dict(scorers or BUILT_IN)
+    limit = asyncio.Semaphore(max(1, parallel))
+
+    async def one(source: EvalSource) -> EvalCase:
+        async with limit:
+            handle = await start_eval(client, source, task_queue=task_queue, on_diverge=on_diverge)
+            with contextlib.suppress(WorkflowFailureError):
+                await handle.result()
+        chain: list[WorkflowHistory] = []
+        run: str | None = None
+        while True:  # the eval run's chain, across continue-as-new
+            history = await client.get_workflow_handle(handle.id, run_id=run).fetch_history()
+            chain.insert(0, history)
+            started = history.events[0].workflow_execution_started_event_attributes
+            run = started.continued_execution_run_id or None
+            if run is None:
+                break
+        events = [e for h in chain for e in h.events]
+        await read_through(events, client.data_converter)
+        candidate = trajectory(render(events, client.data_converter.payload_converter))
+        candidate.run_id = handle.id
+        return EvalCase(
+            source=source.run_id,
+            eval_run=handle.id,
+            original=source.trajectory,
+            candidate=candidate,
+            divergence=divergence(source.trajectory, candidate),
+            scores=score(scorers, source.trajectory, candidate),
+        )
+
+    return list(await asyncio.gather(*(one(s) for s in sources)))
+
+
+def score(
+    scorers: dict[str, Scorer], original: Trajectory, candidate: Trajectory
+) -> dict[str, float]:
+    """Every scorer's score; a scorer's dict adds one score per key (`name.key`).
+
+    A scorer that raises scores NaN (the table shows `error`, the JSON null): one bad case
+    does not lose the others' report.
+    """
+    scores: dict[str, float] = {}
+    for name, scorer in scorers.items():
+        try:
+            found = scorer(original, candidate)
+        except Exception:
+            scores[name] = float("nan")
+            continue
+        if isinstance(found, dict):
+            scores.update({f"{name}.{k}": float(v) for k, v in found.items()})
+        else:
+            scores[name] = float(found)
+    return scores
