@@ -464,14 +464,14 @@ async def test_a_continued_input_with_a_newer_key_is_taken(
 # -- a fork is a kind of run the previous release refuses ------------------------------------
 
 
-async def test_a_worker_of_the_previous_release_refuses_a_fork_by_name(
+async def test_a_worker_of_the_previous_release_refuses_a_fork_or_an_eval_by_name(
     client: Client,
     dev_server: DevServer,
     make_agent: Callable[..., Path],
     previous_release: Path,
     tmp_path: Path,
 ) -> None:
-    """`RunInput.fork` is the one new start key (`NEW_KINDS`): 0.1.0 fails such a run at once."""
+    """`RunInput.fork` and `.eval` are the new start keys (`NEW_KINDS`): 0.1.0 fails them at once."""
     folder = make_agent(script=["one", "two"])
     old_folder = tmp_path / "old" / folder.name
     old_folder.parent.mkdir()
@@ -488,11 +488,17 @@ async def test_a_worker_of_the_previous_release_refuses_a_fork_by_name(
             fork = await toren_client.fork_run(client, source.id, 1, task_queue=queue)
             with pytest.raises(WorkflowFailureError) as failed:
                 await result_of(fork, timeout=60)
+            # `RunInput.eval` too: an eval run that reached an old worker fails by name.
+            read = await toren_client.eval_source(client, source.id)
+            evaluated = await toren_client.start_eval(client, read, task_queue=queue)
+            with pytest.raises(WorkflowFailureError) as eval_failed:
+                await result_of(evaluated, timeout=60)
     finally:
         workers.stop_all()
-    cause = failed.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "InvalidRunInput"
-    assert cause.non_retryable and "unknown key 'fork'" in cause.message
+    for failure, key in ((failed, "fork"), (eval_failed, "eval")):
+        cause = failure.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "InvalidRunInput"
+        assert cause.non_retryable and f"unknown key {key!r}" in cause.message
     history = await client.get_workflow_handle(fork.id).fetch_history()
     keep_history(client, history)
     assert not task_failures(history)

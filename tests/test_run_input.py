@@ -61,6 +61,11 @@ def bad_inputs(agent: str) -> dict[str, tuple[Any, str]]:
         "fork x": ({"agent": agent, "prompt": "", "fork": "x"}, "'fork' must be a JSON object, got a string"),
         "fork step 0": ({"agent": agent, "prompt": "", "fork": {"run_id": "r", "step": 0}}, "'fork.step' must be a whole number from 1, got 0"),
         "fork colour": ({"agent": agent, "prompt": "", "fork": {"run_id": "r", "step": 1, "colour": 1}}, "'fork': unknown key 'colour'"),
+        "eval x": ({"agent": agent, "prompt": "p", "eval": "x"}, "'eval' must be a JSON object, got a string"),
+        "eval calls": ({"agent": agent, "prompt": "p", "eval": {"run_id": "r", "calls": {}}}, "'eval.calls' must be a list of recorded calls, got an object"),
+        "eval call args": ({"agent": agent, "prompt": "p", "eval": {"run_id": "r", "calls": [{"tool": "t", "args": [], "result": ""}]}}, "'eval.calls[0].args' must be a JSON object, got an array"),
+        "eval on_diverge": ({"agent": agent, "prompt": "p", "eval": {"run_id": "r", "calls": [], "on_diverge": "halt"}}, "'eval.on_diverge' must be one of continue, stop, got 'halt'"),
+        "eval and fork": ({"agent": agent, "prompt": "p", "eval": {"run_id": "r", "calls": []}, "fork": {"run_id": "r", "step": 1}}, "'eval' and 'fork' together"),
         "fork workspace": ({"agent": agent, "prompt": "", "fork": {"run_id": "r", "step": 1, "workspace": "v1"}}, "'fork.workspace' must be a workspace version id"),
     }  # fmt: skip
 
