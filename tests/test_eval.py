@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from temporalio.client import Client, WorkflowFailureError
 
@@ -33,6 +34,7 @@ from tests.test_fork import (
     tools,
 )
 from toren import client as toren_client
+from toren import testing
 from toren.worker import serve
 from toren.worker.models import ScriptedModel
 
@@ -306,3 +308,42 @@ async def test_bad_input_is_one_clear_line(
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2, (said, out.stderr)
         assert len(lines) == 1 and said in lines[0], (said, out.stderr)
+
+
+async def test_toren_testing_evals_recorded_files_and_runs_in_pytest(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "ran.txt"
+    folder = make_agent(tools=tools(log, lookup=LOOKUP, refund=REFUND))
+    async with serve(client, [folder], models={"mock/scripted": ScriptedModel(REFUND_SCRIPT)}):
+        runs = [
+            await toren_client.start_run(client, folder.name, f"My order A-{n} broke")
+            for n in (1, 2)
+        ]
+        for run in runs:
+            await result_of(run)
+    saved = tmp_path / f"{runs[0].id}.json"
+    saved.write_text((await fetch_history(client, runs[0].id)).to_json())
+    log.unlink()
+    from_file = await testing.load_recorded([saved])
+    from_server = await testing.recorded_runs(client, query=f"TorenAgent = '{folder.name}'")
+    assert from_file[0].run_id == runs[0].id
+    assert sorted(s.run_id for s in from_server) == sorted(r.id for r in runs)
+    # The same agent reproduces its record; a changed one diverges, and says where.
+    same = await testing.eval_agent(
+        client, folder, from_file, models={"mock/scripted": ScriptedModel(REFUND_SCRIPT)}
+    )
+    testing.assert_no_divergence(same)
+    assert same[0].candidate.final == "refunded: refunded A-1"
+    assert same[0].scores == {"exact_match": 1.0, "tool_sequence": 1.0}
+    brief = [call("lookup", "l1", order_id="A-1"), "no refund"]
+    cases = await testing.eval_agent(
+        client, folder, from_server, models={"mock/scripted": ScriptedModel(brief)}
+    )
+    with pytest.raises(AssertionError, match="2 of 2 runs diverged") as failed:
+        testing.assert_no_divergence(cases)
+    assert '#2: refund("order_id": "A-1") → answer "no refund"' in str(failed.value)
+    assert not ran(log)
+    # Eval runs are left out of a later query's recorded runs.
+    again = await testing.recorded_runs(client, query=f"TorenAgent = '{folder.name}'")
+    assert sorted(s.run_id for s in again) == sorted(r.id for r in runs)

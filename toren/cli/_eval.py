@@ -21,8 +21,6 @@ import sys
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client
-
 from toren import client as toren_client
 from toren.cli._common import connect
 from toren.client._trajectory import Scorer
@@ -82,7 +80,7 @@ async def cmd_eval(args: argparse.Namespace) -> int:
 
     agent = load_folder(args.agent_dir)
     client = await connect(args)
-    run_ids = args.runs or await _query(client, args.query, args.limit)
+    run_ids = args.runs or await toren_client.runs_matching(client, args.query, args.limit)
     limit = asyncio.Semaphore(READ_AT_ONCE)
 
     async def read(run_id: str) -> toren_client.EvalSource:
@@ -125,27 +123,4 @@ def _scorers(specs: list[str]) -> dict[str, Scorer]:
     for spec in specs:
         name, scorer = toren_client.load_scorer(spec)
         found[name] = scorer
-    return found
-
-
-async def _query(client: Client, query: str, limit: int) -> list[str]:
-    """The closed `AgentRun` runs `query` chooses, newest first, eval runs left out."""
-    full = (
-        f"({query}) AND WorkflowType = 'AgentRun' AND ExecutionStatus != 'Running' "
-        "AND ExecutionStatus != 'ContinuedAsNew'"
-    )
-    found: list[str] = []
-    try:
-        async for run in client.list_workflows(full):
-            memo = await run.memo()
-            if toren_client.is_eval(memo) or run.id in found:
-                continue
-            found.append(run.id)
-            if len(found) >= limit:
-                break
-    except Exception as err:
-        message = getattr(err, "message", None) or str(err)
-        raise UsageError(f"--query {query!r}: Temporal refused it ({message})") from None
-    if not found:
-        raise UsageError(f"--query {query!r} chooses no closed agent run")
     return found

@@ -41,6 +41,7 @@ from toren.client._eval import (
     EvalSource,
     is_eval,
     run_evals,
+    runs_matching,
     source_from_histories,
     start_eval,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "replay",
     "run_agent",
     "run_evals",
+    "runs_matching",
     "send_message",
     "start_run",
     "source_from_histories",

@@ -25,6 +25,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.converter import PayloadConverter
+from temporalio.service import RPCError
 
 from toren.agent._types import RunInput, RunResult
 from toren.client._events import read_through, render
@@ -50,6 +51,7 @@ __all__ = [
     "is_eval",
     "recorded_calls",
     "run_evals",
+    "runs_matching",
     "score",
     "source_from_histories",
     "start_eval",
@@ -200,6 +202,31 @@ async def start_eval(
             "diverged; approvals are taken from the recorded decisions, never asked."
         ),
     )
+
+
+async def runs_matching(client: Client, query: str, limit: int = 20) -> list[str]:
+    """The closed `AgentRun` runs a visibility `query` chooses, newest first, no eval runs.
+
+    Raises:
+        UsageError: Temporal refused the query, or it chooses no run.
+    """
+    full = (
+        f"({query}) AND WorkflowType = 'AgentRun' AND ExecutionStatus != 'Running' "
+        "AND ExecutionStatus != 'ContinuedAsNew'"
+    )
+    found: list[str] = []
+    try:
+        async for run in client.list_workflows(full):
+            if is_eval(await run.memo()) or run.id in found:
+                continue
+            found.append(run.id)
+            if len(found) >= limit:
+                break
+    except RPCError as err:
+        raise UsageError(f"the query {query!r}: Temporal refused it ({err.message})") from None
+    if not found:
+        raise UsageError(f"the query {query!r} chooses no closed agent run")
+    return found
 
 
 def is_eval(memo: Mapping[str, Any]) -> bool:
