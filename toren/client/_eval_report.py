@@ -36,7 +36,7 @@ def table(cases: list[EvalCase]) -> str:
                 case.eval_run,
                 f"{o.status}→{c.status}",
                 f"{len(o.calls)}→{len(c.calls)}",
-                _short(str(case.divergence), 60) if case.divergence else "same",
+                _where(case) or "same",
                 f"{case.answers('recorded')}/{case.answers('diverged')}/{case.answers('would_ask')}",
                 f"{_tokens(o)}→{_tokens(c)}",
                 *(_score(case.scores.get(n)) for n in names),
@@ -98,9 +98,40 @@ def as_json(cases: list[EvalCase], agent: str = "", model: str | None = None) ->
     return json.dumps(_no_nan(body), indent=2, ensure_ascii=False)
 
 
+def _where(case: EvalCase, width: int = 40) -> str:
+    """Where a case diverged, in a table cell: the argument (or call) that differs."""
+    found = case.divergence
+    if found is None:
+        return ""
+    a, b = found.original, found.candidate
+    at = 0
+    while at < min(len(a), len(b)) and a[at] == b[at]:
+        at += 1
+    # From the argument the difference is in (or the whole call) to that argument's end.
+    start = max(a.rfind("(", 0, at) + 1, a.rfind(", ", 0, at) + 2)
+    if "(" not in a[:at] or start <= a.find("(") + 1:
+        start = 0
+    return f"#{found.index + 1}: {_part(a, start, at, width)} → {_part(b, start, at, width)}"
+
+
+def _part(text: str, start: int, at: int, width: int) -> str:
+    """`text` from `start` to the end of the argument holding position `at`, with marks."""
+    end = text.find(", ", at) if "(" in text[:at] else -1
+    end = len(text) if end < 0 else end
+    piece = ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+    return _short(piece, width)
+
+
 def _lines(path: Trajectory) -> list[str]:
-    """A trajectory as the rows of its side: each call with its answer, then the end."""
-    rows = [_call(c) for c in path.calls]
+    """A trajectory as the rows of its side: each call with its answer, then the end.
+
+    The model's text before a turn's calls leads that turn's first call.
+    """
+    rows = []
+    for turn in path.turns:
+        for i, call in enumerate(turn.calls):
+            said = f"_{_short(turn.text, 80)}_ " if i == 0 and turn.text.strip() else ""
+            rows.append(said + _call(call))
     if path.status == "completed":
         rows.append(f"**answer** {_short(path.final or '', 200)}")
     else:
