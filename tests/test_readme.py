@@ -63,6 +63,10 @@ SKIPPED = {
         "forks runs, across continue-as-new and of a thread's execution, and runs `toren fork "
         "--agent DIR --model mock/echo` through the command"
     ),
+    "cp -r examples/support /tmp/support-v2": (
+        "needs recorded runs and an edited copy of the folder; tests/test_eval.py runs `toren "
+        "eval` through the command on recorded runs, and bench/eval_support.py runs this example"
+    ),
     "toren workspace RUN_ID ./out": (
         "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"
     ),

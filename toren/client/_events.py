@@ -15,7 +15,8 @@ ToolCallStarted (for a local tool call, dated when it started, not when its mark
 for a tool the model's provider ran, with `provider`, right after the LlmCallCompleted whose
 reply carried it), ToolCallCompleted (with attachments by name and id), ToolCallFailed,
 ApprovalRequested, ApprovalResolved, SignalRefused, and what tools did through their context:
-ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; then Receipt (model calls,
+ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; EvalAnswered in an eval run
+(how it answered a call: from the record, diverged, would ask a person); then Receipt (model calls,
 failed attempts, tokens, cost) and RunCompleted or RunFailed (also RunTimedOut, RunCanceled,
 RunTerminated, RunContinuedAsNew);
 WorkflowTaskFailed when a worker could not run the workflow's code. Nothing here is stored twice:
