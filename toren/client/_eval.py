@@ -300,7 +300,8 @@ async def run_evals(
     """Eval each of `sources` on `task_queue` (at most `parallel` at once), wait, compare.
 
     A changed agent must be served on `task_queue` meanwhile. Cases come in `sources`' order;
-    an eval run that failed (a `Diverged` stop included) is a case with that status.
+    an eval run that failed (a `Diverged` stop included) is a case with that status. Cancelled
+    (Ctrl-C), it terminates the eval runs still going: their queue is served no more.
     """
     scorers = dict(scorers or BUILT_IN)
     limit = asyncio.Semaphore(max(1, parallel))
@@ -308,8 +309,14 @@ async def run_evals(
     async def one(source: EvalSource) -> EvalCase:
         async with limit:
             handle = await start_eval(client, source, task_queue=task_queue, on_diverge=on_diverge)
-            with contextlib.suppress(WorkflowFailureError):
-                await handle.result()
+            try:
+                with contextlib.suppress(WorkflowFailureError):
+                    await handle.result()
+            except asyncio.CancelledError:
+                # Stopped (Ctrl-C): nobody will serve its queue, so it would wait for nothing.
+                with contextlib.suppress(RPCError):
+                    await asyncio.shield(handle.terminate("the eval that started it stopped"))
+                raise
         chain: list[WorkflowHistory] = []
         run: str | None = None
         while True:  # the eval run's chain, across continue-as-new
