@@ -342,8 +342,13 @@ def _foreign(raw: dict[str, Any], keys: tuple[str, ...]) -> list[Any]:
     return [k for k in raw if k not in keys]
 
 
+_WRITTEN_BY_TOREN = ("carry", "fork", "eval")
+"""Start keys only toren writes (continue-as-new, `toren fork`, `toren eval`): not suggested."""
+
+
 def _unknown(key: str, keys: tuple[str, ...]) -> str:
-    close = [k for k in keys if k == key.lower()] or difflib.get_close_matches(key, keys, n=1)
-    shown = [k for k in keys if k != "carry"]
+    offered = tuple(k for k in keys if k not in _WRITTEN_BY_TOREN)
+    close = [k for k in offered if k == key.lower()] or difflib.get_close_matches(key, offered, n=1)
+    shown = list(offered)
     hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(shown)})"
     return f"unknown key {key!r}{hint}"
