@@ -203,12 +203,7 @@ async def fork_run(
     """
     if at_step < 1:
         raise UsageError(f"a step is a model call's number, from 1; got {at_step}")
-    try:
-        chain = await histories(client, run_id)
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise no_such_run(client, run_id) from None
-        raise
+    chain = await _chain_of(client, run_id)
     point = await fork_point(client, chain, at_step, execution)
     new_id = workflow_id or f"{point.agent}-fork-{uuid.uuid4().hex[:12]}"
     if point.workspace:
@@ -349,6 +344,16 @@ async def wait_for_approval(
         await asyncio.sleep(every)
 
 
+async def _chain_of(client: Client, run_id: str) -> list[WorkflowHistory]:
+    """`histories`, or a `UsageError` naming a run the namespace does not have."""
+    try:
+        return await histories(client, run_id)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise no_such_run(client, run_id) from None
+        raise
+
+
 async def histories(client: Client, run_id: str) -> list[WorkflowHistory]:
     """Every run's history of a workflow id, oldest first (across continue-as-new)."""
     chain: list[WorkflowHistory] = []
@@ -370,12 +375,7 @@ async def eval_source(client: Client, run_id: str, agent: str | None = None) -> 
         UsageError: no such run, not an `AgentRun`, a fork or an eval run itself, or a run of
             another agent than `agent` (each says which).
     """
-    try:
-        chain = await histories(client, run_id)
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise no_such_run(client, run_id) from None
-        raise
+    chain = await _chain_of(client, run_id)
     return await source_from_histories(
         chain, client.data_converter.payload_converter, agent, client
     )

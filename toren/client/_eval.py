@@ -29,7 +29,7 @@ from temporalio.service import RPCError
 
 from toren.agent._types import RunInput, RunResult
 from toren.client._events import read_through, render
-from toren.client._fork import copy_workspace
+from toren.client._fork import copy_workspace, first_value
 from toren.client._readable import check_readable
 from toren.client._render_core import tool_of
 from toren.client._trajectory import (
@@ -133,7 +133,7 @@ async def source_from_histories(
     if kind != "AgentRun":
         what = "a thread" if kind == "AgentThread" else f"a {kind} workflow"
         raise UsageError(f"{run_id!r} is {what}: an eval re-runs agent runs (AgentRun)")
-    start = _first(converter, started.input.payloads)
+    start = first_value(converter, started.input.payloads)
     if not isinstance(start, dict) or not isinstance(start.get("prompt"), str):
         raise UsageError(f"{run_id!r} did not start with a run's input: nothing to re-run")
     if start.get("fork") or start.get("eval"):
@@ -243,19 +243,10 @@ def _workspaces_before(events: list[HistoryEvent], converter: PayloadConverter) 
         scheduled = event.activity_task_scheduled_event_attributes
         if tool_of(scheduled.activity_type.name) is None:
             continue
-        body = _first(converter, scheduled.input.payloads)
+        body = first_value(converter, scheduled.input.payloads)
         if isinstance(body, dict) and body.get("workspace") and body.get("call_id"):
             found[str(body["call_id"])] = str(body["workspace"])
     return found
-
-
-def _first(converter: PayloadConverter, payloads: Any) -> Any:
-    if not payloads:
-        return None
-    try:
-        return converter.from_payloads([payloads[0]])[0]
-    except Exception:
-        return None
 
 
 @dataclass

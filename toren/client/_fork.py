@@ -40,6 +40,7 @@ __all__ = [
     "fork_point",
     "no_such_run",
     "recorded_workspace",
+    "first_value",
     "source_agent",
 ]
 
@@ -104,7 +105,7 @@ async def fork_point(
     converter = client.data_converter.payload_converter
     started = events[0].workflow_execution_started_event_attributes
     kind = started.workflow_type.name
-    start = _first(converter, started.input.payloads)
+    start = first_value(converter, started.input.payloads)
     start = start if isinstance(start, dict) else {}
     if kind == "AgentThread" and execution is None:
         raise UsageError(
@@ -154,7 +155,7 @@ async def source_agent(client: Client, run_id: str) -> str:
     handle = client.get_workflow_handle(run_id)
     try:
         async for first in handle.fetch_history_events(page_size=1):
-            start = _first(
+            start = first_value(
                 client.data_converter.payload_converter,
                 first.workflow_execution_started_event_attributes.input.payloads,
             )
@@ -189,7 +190,7 @@ def _model_call(
         scheduled = event.activity_task_scheduled_event_attributes
         if scheduled.activity_type.name != MODEL_ACTIVITY:
             continue
-        body = _first(converter, scheduled.input.payloads)
+        body = first_value(converter, scheduled.input.payloads)
         if not isinstance(body, dict):
             continue
         step, count = int(body.get("step") or 0), int(body.get("count") or 0)
@@ -331,7 +332,8 @@ def copy_workspace(source: str, fork: str, version: str) -> None:
         ) from None
 
 
-def _first(converter: PayloadConverter, payloads: Any) -> Any:
+def first_value(converter: PayloadConverter, payloads: Any) -> Any:
+    """The first of `payloads` decoded, or `None` (none, or not decodable here)."""
     if not payloads:
         return None
     try:
