@@ -65,7 +65,7 @@ SKIPPED = {
     ),
     "cp -r examples/support /tmp/support-v2": (
         "needs recorded runs and an edited copy of the folder; tests/test_eval.py runs `toren "
-        "eval` through the command on recorded runs, and bench/eval_support.py runs this example"
+        "eval` through the command on recorded runs, and bench/perf/eval_support.py runs this example"
     ),
     "toren workspace RUN_ID ./out": (
         "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"

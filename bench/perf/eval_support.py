@@ -1,6 +1,6 @@
 """`toren eval` on examples/support, end to end: record N runs, eval a changed copy, measure.
 
-    python -m bench.eval_support [--runs 20] [--keep DIR]
+    python -m bench.perf.eval_support [--runs 20] [--keep DIR]
 
 Starts its own dev server, serves examples/support in-process (the scripted model), records
 `--runs` runs (each refund over 100 approved by "alice"), then runs `toren eval` as a user
