@@ -28,7 +28,7 @@ from toren.connect import connect
 from toren.testing import DevServer
 from toren.worker import serve
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHANGED_INSTRUCTIONS = (
     "\n- New policy: refund at most 100 yourself, never more; offer store credit for the rest.\n"
 )
