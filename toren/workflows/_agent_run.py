@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._context_window import ContextWindow
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._model_step import call_model
+    from toren.workflows._origin import provenance, start_fork, steps_before
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
@@ -139,7 +140,7 @@ class AgentRun(RunHandlers):
             if input.fork is None or input.prompt:
                 opening.append({"role": "user", "content": input.prompt})
             if input.fork is not None:
-                self._start_fork(input.fork, opening)
+                start_fork(self._run, input.fork, opening)
             if input.eval is not None:
                 # Its record travels in the state, across continue-as-new, with how far it got.
                 self._run.eval = {**input.eval, "position": 0}
@@ -159,23 +160,6 @@ class AgentRun(RunHandlers):
         )
         await self._close_stream()
         return result
-
-    def _start_fork(self, fork: dict[str, Any], opening: list[Message]) -> None:
-        """Start where the source run's step `fork["step"]` started: its state and workspace.
-
-        Nothing before that step runs again: the transcript holds its results. The call ids
-        it used stay taken, so a new call with the same tool-use id gets its own id.
-        """
-        run = self._run
-        run.forked_from = {
-            k: fork[k] for k in ("run_id", "step", "execution") if fork.get(k) is not None
-        }
-        run.step = int(fork["step"]) - 1
-        run.state = dict(fork.get("state") or {})
-        run.workspace = fork.get("workspace")
-        taken = [c.get("id") for m in opening for c in m.get("tool_calls") or []]
-        taken += [m.get("tool_call_id") for m in opening if m.get("role") == "tool"]
-        run.call_ids = list(dict.fromkeys(str(i) for i in taken if i))
 
     def publish(self, type_: str, fields: dict[str, Any]) -> None:
         """Publish a live item (`toren.worker._live`): its `type`, `run_id`, `step`, then `fields`.
@@ -230,24 +214,8 @@ class AgentRun(RunHandlers):
         return (
             f"**{self._input.agent}**: {prompt}\n\n"
             f"step {run.step}, {run.tool_calls} tool calls, run {run.runs} of its chain"
-            + self._provenance()
+            + provenance(self._run)
         )
-
-    def _provenance(self) -> str:
-        """Which agent definition and Worker Deployment Version this run is on, for the Web UI."""
-        spec = self._run.spec
-        said = f"; agent {spec.digest}" if spec is not None and spec.digest else ""
-        origin = self._run.forked_from
-        if origin:
-            said += f"; forked from {origin['run_id']} at step {origin['step']}"
-            if origin.get("execution"):
-                said += f" of execution {origin['execution']}"
-        if self._run.eval:
-            said += f"; eval of {self._run.eval.get('run_id')} (external tools never run)"
-        version = workflow.info().get_current_deployment_version()
-        if version is not None:
-            said += f"; on version {version.to_canonical_string()}"
-        return said
 
     @property
     def _spec(self) -> AgentSpec:
@@ -330,9 +298,7 @@ class AgentRun(RunHandlers):
         while True:
             if run.step > 0 and self._should_continue():
                 await self._continue_as_new()
-            # A fork's budget is fresh: it counts the steps taken since it started.
-            first = int(run.forked_from["step"]) - 1 if run.forked_from else 0
-            if run.step - first >= spec.max_steps:
+            if run.step - steps_before(run) >= spec.max_steps:
                 raise RunError(
                     f"run exceeded maxStepsPerTask={spec.max_steps} without a final answer",
                     kind="BudgetExceeded",

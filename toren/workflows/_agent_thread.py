@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
     from toren.workflows._input import one_raw_input, parse_thread_input
+    from toren.workflows._origin import provenance
     from toren.workflows._race import unless
     from toren.workflows._thread_inbox import ThreadInbox
     from toren.workflows._tool_calls import ToolCalls
@@ -283,7 +284,8 @@ class AgentThread(ThreadInbox, AgentRun):
             f"**{self._thread_input.agent}** thread"
             + (f" of {self._thread_input.user_id}" if self._thread_input.user_id else "")
             + f": {state}, step {run.step}; {waiting} message(s) waiting; "
-            f"{self._transcript.count} messages, run {run.runs} of its chain" + self._provenance()
+            f"{self._transcript.count} messages, run {run.runs} of its chain"
+            + provenance(self._run)
         )
 
     # -- continue-as-new ---------------------------------------------------------------------

@@ -32,7 +32,8 @@ from toren.worker.activities._call_scope import (
 )
 from toren.worker.activities._compact import SUMMARY_INSTRUCTIONS, conversation_text
 from toren.worker.activities._served import Served
-from toren.worker.activities._tool_call import read_transcript, run_key_of
+from toren.worker.activities._tool_call import run_key_of
+from toren.worker.activities._transcripts import read_transcript
 from toren.worker.models import ModelHTTPError, ModelReply, ModelRequest
 
 __all__ = ["ModelCalls"]

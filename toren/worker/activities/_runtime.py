@@ -28,7 +28,8 @@ from toren.worker._prices import prices_for
 from toren.worker._redact import MIN_SECRET_CHARS
 from toren.worker.activities._model_call import ModelCalls
 from toren.worker.activities._tool_activities import ToolActivities
-from toren.worker.activities._tool_call import keep_transcript, missing_variables
+from toren.worker.activities._tool_call import missing_variables
+from toren.worker.activities._transcripts import keep_transcript
 from toren.worker.models import ModelProvider, provider_for
 from toren.worker.models._hosted import hosted_tool_problems
 

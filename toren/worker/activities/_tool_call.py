@@ -28,17 +28,15 @@ from toren.agent._payload_limits import MAX_CHANGES_BYTES, cut_text
 from toren.agent._schema import validate_args
 from toren.agent._spec import DEFAULT_TOOL_TIMEOUT_MS
 from toren.agent._tool import Tool
-from toren.agent._transcript import assemble, digest_of
 from toren.agent._types import ToolCallInput, ToolCallResult
 from toren.store._payloads import result_limit
 from toren.store._store import StoreError
-from toren.store._transcripts import keep_transcript as keep_transcript_in_store
-from toren.store._transcripts import kept_transcript, transcript_key
 from toren.store._workspace import Workspaces, WorkspaceTooLarge
 from toren.worker._loaded import LoadedAgent
 from toren.worker._redact import Redactor
 from toren.worker._redact import redactor as redactor_of
 from toren.worker._thread_env import env_types, seal_env, thread_env_values
+from toren.worker.activities._transcripts import read_transcript
 from toren.worker.tools._sandbox import code_jail, run_code
 
 __all__ = [
@@ -69,52 +67,6 @@ def run_key_of(given: str) -> str:
         return given
     info = activity.info()
     return f"{info.workflow_id}/{info.workflow_run_id}"
-
-
-async def read_transcript(run_key: str) -> list[dict[str, Any]]:
-    """The whole transcript of the run `run_key` (`<workflow id>/<run id>`).
-
-    Asked of the run and of the runs it continued from.
-    """
-    workflow_id, _, run_id = run_key.rpartition("/")
-    client = activity.client()
-
-    async def segment_of(prior: str | None, start: int) -> dict[str, Any]:
-        handle = client.get_workflow_handle(workflow_id, run_id=prior or run_id or None)
-        segment: dict[str, Any] = await handle.query("transcript_segment", start)
-        return segment
-
-    async def kept(key: str) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(kept_transcript, key)
-
-    return await assemble(segment_of, kept)
-
-
-@activity.defn(name="toren.keep_transcript")
-async def keep_transcript(expected: dict[str, Any]) -> str:
-    """Keep this run's whole transcript in the store; return its key.
-
-    A thread calls it on its old version before it moves to a new one, while the old version's
-    workers still answer the queries that read the chain (`toren.store._transcripts`).
-    `expected` is the workflow's `count` and `digest`: what is kept must be exactly that.
-    """
-    info = activity.info()
-    workflow_id, run_id = info.workflow_id or "", info.workflow_run_id or ""
-    messages = await read_transcript(f"{workflow_id}/{run_id}")
-    count = int(expected["count"])
-    if len(messages) < count or digest_of(messages[:count]) != expected["digest"]:
-        raise ApplicationError(
-            f"the transcript read back ({len(messages)} messages) is not the run's "
-            f"({count} messages, digest {expected['digest'][:12]})",
-            type="TranscriptMismatch",
-            non_retryable=True,
-        )
-    key = transcript_key(workflow_id, run_id)
-    try:
-        await asyncio.to_thread(keep_transcript_in_store, key, messages[:count])
-    except StoreError as err:
-        raise store_failure(err, "keeping the transcript failed") from None
-    return key
 
 
 def workspaces() -> Workspaces:
