@@ -35,6 +35,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from toren.agent._approval_types import ApprovalCheck, ApprovalQuestion, Decision, PendingApproval
 from toren.agent._converter import omit_defaults
 from toren.agent._spec import AgentSpec
 
@@ -42,6 +43,7 @@ __all__ = [
     "CUT_AT_MAX_TOKENS",
     "STREAM_TOPIC",
     "ApprovalCheck",
+    "ApprovalQuestion",
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
@@ -284,57 +286,6 @@ class ToolCallResult:
     """Set when the call ran as a local activity, whose recorded marker lacks its input."""
     workspace: str | None = None
     """The workspace version this call left (`toren.store._workspace`), when it wrote there."""
-
-
-@omit_defaults
-@dataclass
-class ApprovalQuestion:
-    """Input of the `toren.check_approval` local activity: whether this call needs a person.
-
-    One argument, not four: the worker keeps a local activity's arguments, each a payload with
-    its own metadata map, for as long as the run stays cached (0.6 KB of each parked run).
-    """
-
-    agent: str
-    tool: str
-    call_id: str
-    args: dict[str, Any]
-
-
-@dataclass
-class ApprovalCheck:
-    """Result of the `toren.check_approval` local activity."""
-
-    gated: bool
-    error: str | None = None
-    call_id: str = ""
-    tool: str = ""
-    reason: str = ""
-
-
-@dataclass
-class PendingApproval:
-    """A gated call waiting for a person (query `pending_approvals`)."""
-
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    requested_at: str
-    reason: str
-    step: int
-    expires_at: str | None = None
-
-
-@dataclass
-class Decision:
-    """A person's decision on a gated call."""
-
-    call_id: str
-    approved: bool
-    by: str
-    comment: str
-    at: str
-    via: str = "signal"
 
 
 @dataclass

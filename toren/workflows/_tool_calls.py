@@ -30,10 +30,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from toren.agent._transcript import tool_message
     from toren.agent._types import (
-        ApprovalCheck,
-        ApprovalQuestion,
-        Decision,
-        PendingApproval,
         RunInput,
         RunState,
         ToolCallInput,
@@ -42,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background
     from toren.workflows._eval_calls import EvalRecord
+    from toren.workflows._gate import Gate
 
 __all__ = ["CallOutcome", "Publish", "ToolCalls", "flow_id"]
 
@@ -85,6 +82,7 @@ class ToolCalls:
         self._approvals = approvals
         self._background = background
         self._workspace_lock = asyncio.Lock()
+        self._gate = Gate(run, approvals, self._publish)
 
     @property
     def _spec(self) -> AgentSpec:
@@ -148,11 +146,11 @@ class ToolCalls:
         if self._run.eval is not None:
             return await self._eval_call(tool, use_id, call_id, args)
 
-        gate = await self._check_gate(tool, call_id, args)
+        gate = await self._gate.check(tool, call_id, args)
         if gate.error is not None:
             return made_here(f"invalid arguments for {name}: {gate.error}")
         if gate.gated:
-            decision = await self._await_decision(tool, call_id, args, gate.reason)
+            decision = await self._gate.await_decision(tool, call_id, args, gate.reason)
             if not decision.approved:
                 comment = f": {decision.comment}" if decision.comment else ""
                 return made_here(f"denied by {decision.by}{comment}")
@@ -181,7 +179,7 @@ class ToolCalls:
             message = tool_message(use_id, tool.name, text, failed)
             return CallOutcome(message, {"message": message})
 
-        gate = await self._check_gate(tool, call_id, args)
+        gate = await self._gate.check(tool, call_id, args)
         if gate.error is not None:
             return made_here(f"invalid arguments for {tool.name}: {gate.error}")
         runs_here = tool.effects in ("none", "sandbox")
@@ -208,60 +206,6 @@ class ToolCalls:
         result = await self._execute(tool, use_id, args, restore=restore)
         message = tool_message(use_id, tool.name, result.content, result.is_error)
         return CallOutcome(message, {"call_id": use_id}, result.changes)
-
-    async def _check_gate(
-        self, tool: ToolSpec, call_id: str, args: dict[str, Any]
-    ) -> ApprovalCheck:
-        if tool.approval == "never":
-            return ApprovalCheck(gated=False, call_id=call_id, tool=tool.name)
-        # Also for `always`: the recorded result is the ApprovalRequested entry of the event log.
-        check: ApprovalCheck = await workflow.execute_local_activity(
-            "toren.check_approval",
-            ApprovalQuestion(self._spec.name, tool.name, call_id, args),
-            result_type=ApprovalCheck,
-            start_to_close_timeout=timedelta(seconds=30),
-        )
-        return check
-
-    async def _await_decision(
-        self, tool: ToolSpec, call_id: str, args: dict[str, Any], reason: str
-    ) -> Decision:
-        timeout_s = tool.approval_timeout_s or self._spec.approval_timeout_s
-        now = workflow.now()
-        self._approvals.request(
-            PendingApproval(
-                call_id=call_id,
-                tool=tool.name,
-                args=args,
-                requested_at=now.isoformat(),
-                reason=reason,
-                step=self._run.step,
-                expires_at=(now + timedelta(seconds=timeout_s)).isoformat() if timeout_s else None,
-            )
-        )
-        pending = self._approvals.pending.get(call_id)
-        self._publish(
-            "approval_requested",
-            {"call_id": call_id, "name": tool.name, "args": args, "reason": reason,
-             "expires_at": pending.expires_at if pending else None},
-        )  # fmt: skip
-        try:
-            # The summary only with a timeout: the SDK builds it into a protobuf message (its
-            # own upb arena, ~1.5 KB) that a parked run would hold for nothing.
-            await workflow.wait_condition(
-                lambda: self._approvals.decided(call_id),
-                timeout=timedelta(seconds=timeout_s) if timeout_s else None,
-                timeout_summary=f"approval of {tool.name} expires" if timeout_s else None,
-            )
-        except TimeoutError:
-            self._approvals.expire(call_id, timeout_s or 0.0)
-        decision = self._approvals.take(call_id)
-        self._publish(
-            "approval_decided",
-            {"call_id": call_id, "name": tool.name, "approved": decision.approved,
-             "by": decision.by, "comment": decision.comment},
-        )  # fmt: skip
-        return decision
 
     async def _execute(
         self, tool: ToolSpec, use_id: str, args: dict[str, Any], restore: str | None = None
