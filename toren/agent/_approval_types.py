@@ -6,7 +6,7 @@ re-exports them): add a field only with a default, never remove or rename one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toren.agent._converter import omit_defaults
@@ -27,6 +27,9 @@ class ApprovalQuestion:
     tool: str
     call_id: str
     args: dict[str, Any]
+    grants: dict[str, str] = field(default_factory=dict)
+    """The run's remembered grants in force, by rule name: who gave each (`approvals.rules`
+    with `remember`); a matching call goes through without waiting."""
 
 
 @dataclass
@@ -38,6 +41,18 @@ class ApprovalCheck:
     call_id: str = ""
     tool: str = ""
     reason: str = ""
+    rule: str = ""
+    """The `approvals.rules` entry that matched the call ("" when none did)."""
+    approvers: list[str] | None = None
+    """Who may decide it; `None`: anyone."""
+    remember: str = ""
+    """`run` or `thread`: a person's approval lets the rule's later calls through."""
+    auto: str = ""
+    """`approve` or `deny`: what the rule decides when the approval expires ("": deny)."""
+    timeout_s: float | None = None
+    """The rule's approval timeout, over the tool's and the agent's."""
+    granted_by: str = ""
+    """Not gated because a grant of `rule` holds: who approved the call that made it."""
 
 
 @dataclass
@@ -51,6 +66,10 @@ class PendingApproval:
     reason: str
     step: int
     expires_at: str | None = None
+    approvers: list[str] | None = None
+    """Who may decide it (the matching rule's, else the agent's); `None`: anyone."""
+    rule: str = ""
+    """The `approvals.rules` entry that matched the call."""
 
 
 @dataclass
@@ -63,3 +82,8 @@ class Decision:
     comment: str
     at: str
     via: str = "signal"
+    args: dict[str, Any] | None = None
+    """The arguments a person approved the call with, when they edited them (the call runs with
+    these; `None`: as the model wrote them)."""
+    rule: str = ""
+    """The rule that decided it (a grant, or the rule's `auto` at expiry); "" for a person."""

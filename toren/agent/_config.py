@@ -31,6 +31,7 @@ from pydantic import (
     field_validator,
 )
 
+from toren.agent._approval_policy import ApprovalPolicy
 from toren.agent._config_blocks import (
     EnvConfig,
     Limits,
@@ -181,6 +182,8 @@ class AgentConfig(Strict):
 
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent may call, by name (`toren.agent._mcp_config`)."""
+    approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    """Who may decide gated calls, remembered grants, expiry (`toren.agent._approval_policy`)."""
 
     @field_validator("heartbeat_timeout_s", mode="before")
     @classmethod

@@ -200,6 +200,9 @@ class RunState:
     numbered on from the source's, and its step budget counts from `step`."""
     eval: dict[str, Any] | None = None
     """An eval run's record (`RunInput.eval`) and `position`, how far its calls got in it."""
+    grants: list[dict[str, Any]] = field(default_factory=list)
+    """Remembered approvals (`approvals.rules` with `remember`): `{"rule", "scope", "execution",
+    "by", "call_id"}`; a later call its rule matches goes through without waiting."""
 
 
 @omit_defaults

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from toren import client as toren_client
 from toren.cli._common import connect, default_by
 from toren.cli._watch import toren_command
-from toren.errors import UndecodablePayloadError
+from toren.errors import UndecodablePayloadError, UsageError
 
 __all__ = ["add_parsers", "cmd_approve", "cmd_deny", "cmd_pending"]
 
@@ -33,6 +34,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p.add_argument("call_id")
         p.add_argument("--by", help="who decides (default: your user name)")
         p.add_argument("--comment", help="why (the model sees it on a denial)")
+        if name == "approve":
+            p.add_argument(
+                "--args",
+                dest="call_args",
+                metavar="JSON",
+                help="run the call with these arguments instead (a JSON object; the whole "
+                "arguments, checked against the tool's schema by the run)",
+            )
         p.set_defaults(handler=handler)
 
     p = sub.add_parser(
@@ -101,6 +110,7 @@ def _age(seconds: float) -> str:
 
 
 async def _decide(args: argparse.Namespace, approved: bool) -> int:
+    edited = _edited_args(getattr(args, "call_args", None))
     client = await connect(args)
     try:
         decision = await toren_client.decide(
@@ -110,6 +120,7 @@ async def _decide(args: argparse.Namespace, approved: bool) -> int:
             approved,
             by=args.by or default_by(),
             comment=args.comment or "",
+            args=edited,
         )
     except WorkflowUpdateFailedError as err:
         print(f"refused: {getattr(err.cause, 'message', None) or err}", file=sys.stderr)
@@ -123,5 +134,21 @@ async def _decide(args: argparse.Namespace, approved: bool) -> int:
         print(f"toren: the run's answer could not be read: {err}", file=sys.stderr)
         return 0
     word = "approved" if decision.approved else "denied"
-    print(f"{decision.call_id} {word} by {decision.by}")
+    edited_note = " with the arguments you gave" if decision.args is not None else ""
+    print(f"{decision.call_id} {word} by {decision.by}{edited_note}")
     return 0
+
+
+def _edited_args(text: str | None) -> dict[str, Any] | None:
+    """`--args`: a JSON object, or a `UsageError` saying what is wrong with it."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise UsageError(  # noqa: B904 (the JSON error is in the message)
+            f"--args is not valid JSON ({err}); give an object like '{{\"amount\": 50}}'"
+        )
+    if not isinstance(value, dict):
+        raise UsageError(f"--args must be a JSON object of the tool's arguments, got {text[:80]!r}")
+    return value

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowHandle
 
-from toren.agent._types import Decision, PendingApproval, RunInput, RunResult
+from toren.agent._types import PendingApproval, RunInput, RunResult
+from toren.client._decisions import approve, decide, deny, pending, wait_for_approval
 from toren.client._deploy import ThreadMove, deploy_check, move_threads
 from toren.client._eval import (
     EvalCase,
@@ -50,7 +50,6 @@ from toren.client._eval_report import markdown as eval_markdown
 from toren.client._eval_report import table as eval_table
 from toren.client._fork import copy_workspace, fork_point
 from toren.client._history import chain_of, events, first_run, histories, workspace_version
-from toren.client._readable import ensure_readable
 from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
@@ -67,7 +66,7 @@ from toren.client._trajectory import (
     trajectory,
 )
 from toren.connect import _search_attributes as search_attributes
-from toren.errors import ApprovalWaitError, UndecodablePayloadError, UsageError
+from toren.errors import UndecodablePayloadError, UsageError
 
 __all__ = [
     "Divergence",
@@ -240,108 +239,6 @@ async def run_agent(client: Client, agent: str, prompt: str, **kwargs: Any) -> R
     """Start a run and wait for its result (see `start_run` for the arguments)."""
     handle = await start_run(client, agent, prompt, **kwargs)
     return await handle.result()
-
-
-async def decide(
-    client: Client,
-    run_id: str,
-    call_id: str,
-    approved: bool,
-    *,
-    by: str | None = None,
-    comment: str = "",
-) -> Decision:
-    """Approve or deny a waiting call through the `decide` update; returns the recorded decision.
-
-    Raises:
-        temporalio.client.WorkflowUpdateFailedError: the call is unknown or already decided
-            (the message says which calls wait).
-        UndecodablePayloadError: the run's payloads are encoded by a codec this client lacks;
-            with `accepted` true the decision was recorded and only its answer is unreadable,
-            else nothing was sent.
-    """
-    await ensure_readable(client, run_id)
-    handle = client.get_workflow_handle(run_id)
-    try:
-        decision: Decision = await handle.execute_update(
-            "decide",
-            {
-                "call_id": call_id,
-                "approve": approved,
-                "by": by or client.identity,
-                "comment": comment,
-            },
-            result_type=Decision,
-        )
-    except UndecodablePayloadError as err:
-        # The run recorded the decision; only its answer is unreadable here.
-        raise UndecodablePayloadError(err.encoding, accepted=True) from None
-    return decision
-
-
-async def approve(
-    client: Client, run_id: str, call_id: str, *, by: str | None = None, comment: str = ""
-) -> Decision:
-    """Approve a waiting call; it then runs once with its recorded args."""
-    return await decide(client, run_id, call_id, True, by=by, comment=comment)
-
-
-async def deny(
-    client: Client, run_id: str, call_id: str, *, by: str | None = None, comment: str = ""
-) -> Decision:
-    """Deny a waiting call; the model sees `denied by <by>: <comment>`."""
-    return await decide(client, run_id, call_id, False, by=by, comment=comment)
-
-
-async def pending(client: Client, run_id: str) -> list[PendingApproval]:
-    """The run's calls waiting for a decision."""
-    handle = client.get_workflow_handle(run_id)
-    calls: list[PendingApproval] = await handle.query(
-        "pending_approvals", result_type=list[PendingApproval]
-    )
-    return calls
-
-
-async def wait_for_approval(
-    client: Client, run_id: str, *, timeout: float = 60.0, every: float = 0.2
-) -> list[PendingApproval]:
-    """Wait until at least one call of the run waits for a decision; return the waiting calls.
-
-    `pending` answers at once, so right after `start_run` it is usually `[]`: the run has not
-    reached its gated call yet. Use this before approving.
-
-    Raises:
-        ApprovalWaitError: no call waited within `timeout` seconds, or the run closed first.
-    """
-    handle = client.get_workflow_handle(run_id)
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        description = await handle.describe()
-        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
-            if description.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
-                raise ApprovalWaitError(
-                    f"run {run_id!r} closed ({description.status.name.lower()}) "
-                    "before any call waited for approval"
-                )
-        else:
-            # A query waits for a worker; with none polling it would block past `timeout`.
-            left = max(1.0, min(5.0, deadline - asyncio.get_running_loop().time()))
-            try:
-                calls: list[PendingApproval] = await handle.query(
-                    "pending_approvals",
-                    result_type=list[PendingApproval],
-                    rpc_timeout=timedelta(seconds=left),
-                )
-            except RPCError:
-                calls = []  # no worker answered yet
-            if calls:
-                return calls
-        if asyncio.get_running_loop().time() >= deadline:
-            raise ApprovalWaitError(
-                f"no call of run {run_id!r} waited for approval within {timeout:g} s "
-                f"(is a worker serving its task queue? `toren events {run_id}` shows where it is)"
-            )
-        await asyncio.sleep(every)
 
 
 async def eval_source(client: Client, run_id: str, agent: str | None = None) -> EvalSource:

@@ -166,6 +166,7 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
         tool = tool_of(kind) if kind else None
         if kind == "toren.agent_spec" and isinstance(result, dict):
             self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
+            self.schemas = {t["name"]: t.get("schema") or {} for t in result.get("tools", [])}
             self.prices = result.get("prices")
             self._agent_loaded(event, result)
         elif tool is not None:

@@ -9,6 +9,7 @@ said.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from temporalio.api.history.v1 import HistoryEvent
@@ -23,9 +24,31 @@ class ApprovalEvents(RenderState):
     """Approval requests, decisions and refused approval signals."""
 
     def _approval_requested(self, event: HistoryEvent, check: Any) -> None:
-        if isinstance(check, dict) and check.get("gated") and not check.get("error"):
-            self.pending.add(check.get("call_id", ""))
-            self.emit(event, "ApprovalRequested", **pick(check, "callId=call_id", "tool", "reason"))
+        if not isinstance(check, dict) or check.get("error"):
+            return
+        call_id = check.get("call_id", "")
+        if check.get("gated"):
+            self.pending.add(call_id)
+            self.gates[call_id] = check
+            self.emit(
+                event,
+                "ApprovalRequested",
+                **pick(check, "callId=call_id", "tool", "reason", "rule", "approvers"),
+            )
+        elif check.get("granted_by"):
+            # A remembered grant let it through: the rule decided, recorded in this check.
+            self.decided.add(call_id)
+            self.emit(
+                event,
+                "ApprovalResolved",
+                callId=call_id,
+                approved=True,
+                by="toren",
+                comment=check.get("reason", ""),
+                via="policy",
+                rule=check.get("rule", ""),
+                grantedBy=check["granted_by"],
+            )
 
     def _approval_signal(
         self, event: HistoryEvent, name: str, values: list[Any], identity: str
@@ -44,7 +67,15 @@ class ApprovalEvents(RenderState):
             what = "an empty payload" if not values else f"{len(values)} values"
             reason: str | None = f"expected one JSON object, got {what}"
         else:
-            reason = decision_problem(body, self.pending, self.decided)
+            gate = self.gates.get(str(body.get("call_id"))) if isinstance(body, dict) else None
+            reason = decision_problem(
+                body,
+                self.pending,
+                self.decided,
+                approving=name == "approve",
+                approvers=gate.get("approvers") if gate else None,
+                schema=self.schemas.get(gate.get("tool", "")) if gate else None,
+            )
         if reason is not None or not isinstance(body, dict):
             self.emit(event, "SignalRefused", signal=name, payload=values, reason=reason)
             return
@@ -58,6 +89,7 @@ class ApprovalEvents(RenderState):
                 "comment": body.get("comment") or "",
                 "via": "signal",
                 "identity": identity,
+                "args": body.get("args") if name == "approve" else None,
             },
         )
 
@@ -85,6 +117,13 @@ class ApprovalEvents(RenderState):
     def _resolved(self, event: HistoryEvent, decision: dict[str, Any]) -> None:
         call_id = decision.get("call_id", "")
         self.decided.add(call_id)
+        fields: dict[str, Any] = {}
+        before = self._model_args(call_id)
+        after = decision.get("args")
+        if isinstance(after, dict) and after != before:
+            fields = {"edited": True, "argsBefore": before, "argsAfter": after}
+        if decision.get("rule"):
+            fields["rule"] = decision["rule"]
         self.emit(
             event,
             "ApprovalResolved",
@@ -94,4 +133,15 @@ class ApprovalEvents(RenderState):
             comment=decision.get("comment", ""),
             via=decision.get("via", ""),
             identity=decision.get("identity", ""),
+            **fields,
         )
+
+    def _model_args(self, call_id: str) -> Any:
+        """The arguments the model wrote for `call_id` (from its recorded reply)."""
+        raw = (self.model_calls.get(call_id) or {}).get("arguments")
+        if isinstance(raw, str):
+            try:
+                return json.loads(raw)
+            except ValueError:
+                return raw
+        return raw

@@ -71,6 +71,10 @@ class RenderState:
         self.pending: set[str] = set()
         self.model_calls: dict[str, dict[str, Any]] = {}
         self.decided: set[str] = set()
+        self.schemas: dict[str, dict[str, Any]] = {}
+        """Each tool's input schema, from the run's recorded spec (edited arguments fit it)."""
+        self.gates: dict[str, dict[str, Any]] = {}
+        """Each gated call's recorded check: its tool, rule and approvers."""
         self.prices: list[float] | None = None
         """USD per million input and output tokens, from the run's recorded spec."""
         self.receipt: dict[str, Any] = {

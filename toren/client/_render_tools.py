@@ -52,6 +52,21 @@ class ToolEvents(RenderState):
             self._tool_failed(event, tool, {"call_id": call_id}, failure_text(marker.failure))
 
     def _tool_scheduled(self, event: HistoryEvent, tool: str, body: dict[str, Any]) -> None:
+        call_id = str(body.get("call_id"))
+        gate = self.gates.get(call_id)
+        if (
+            gate is not None
+            and gate.get("auto") == "approve"
+            and call_id in self.pending
+            and call_id not in self.decided
+        ):
+            # Scheduled with no decision seen: its rule approved it when the approval expired.
+            self.decided.add(call_id)
+            self.emit(
+                event, "ApprovalResolved", callId=call_id, approved=True, by="toren",
+                comment="approval expired; its rule approves", via="expiry",
+                rule=gate.get("rule", ""),
+            )  # fmt: skip
         fields = pick(body, "args", "idempotencyKey=idempotency_key")
         effects = self.effects.get(tool, "")
         self.emit(

@@ -10,16 +10,18 @@ answers the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from toren import client as toren_client
 from toren.client._events import read_through
 from toren.client._readable import check_readable
 from toren.web._auth import Access
 from toren.web._errors import WebError
 
-__all__ = ["Target", "target"]
+__all__ = ["Target", "decider", "target"]
 
 WORKFLOW_TYPES = ("AgentRun", "AgentThread")
 MAX_ID = 1000
@@ -81,3 +83,33 @@ async def _input_agent(client: Client, workflow_id: str) -> str:
         break
     # An input without one agent fails the run at once (`InvalidRunInput`): nobody's agent.
     return ""
+
+
+async def decider(client: Client, access: Access, run_id: str, request: Any) -> str:
+    """Who a decision sent over HTTP is by: a named token's name, so `by` cannot be forged.
+
+    A named token refuses a `by` other than its name. An unnamed token (or none, on an open
+    server) decides as the `by` it sends (default `web`), except a call only named approvers
+    may decide: for that it must be named, else anyone could write an approver's name.
+
+    Raises:
+        WebError: 403, saying which name the token has or how to give it one.
+    """
+    if access.identity is not None:
+        if request.by is not None and request.by != access.identity:
+            raise WebError(
+                403,
+                f"this token decides as {access.identity!r}; leave out by or send that name",
+                field="by",
+            )
+        return access.identity
+    if not access.open:
+        for call in await toren_client.pending(client, run_id):
+            if call.call_id == request.call_id and call.approvers is not None:
+                raise WebError(
+                    403,
+                    f"call {call.call_id!r} may be decided only by {', '.join(call.approvers)}, "
+                    "and this token has no name: name it in TOREN_WEB_TOKENS as <name>@<token>",
+                    field="by",
+                )
+    return str(request.by or "web")

@@ -1,8 +1,10 @@
 """Bearer tokens from the environment, and which agents each may touch.
 
 `TOREN_WEB_TOKENS` holds comma-separated entries: `token` (every agent) or
-`token:agent_a|agent_b` (only those agents). A token never appears in a message or a log line:
-a bad entry is named by its position.
+`token:agent_a|agent_b` (only those agents), each optionally named for the person or system
+that holds it, `alice@token[:agents]`: a named token decides approvals as that name (the `by` of
+its decisions, which `approvals.approvers` in agent.yaml checks). A token never appears in a
+message or a log line: a bad entry is named by its position.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from toren.errors import UsageError
 __all__ = ["Access", "Token", "authorize", "parse_tokens"]
 
 _AGENT = re.compile(r"^[a-z][a-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,100}$")
 
 
 @dataclass(frozen=True)
@@ -26,9 +29,11 @@ class Token:
     """The token itself (compared in constant time, never printed)."""
     agents: frozenset[str] | None = None
     """The agents it may touch; `None` for every agent."""
+    name: str | None = None
+    """Who holds it (`alice@token`): its decisions are by this name."""
 
     def __repr__(self) -> str:
-        return f"Token(agents={sorted(self.agents) if self.agents else 'all'})"
+        return f"Token(name={self.name!r}, agents={sorted(self.agents) if self.agents else 'all'})"
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,10 @@ class Access:
     """What a request may touch: every agent (`agents is None`) or those named."""
 
     agents: frozenset[str] | None = None
+    identity: str | None = None
+    """The token's name: who its decisions are by (`None`: an unnamed token, or no tokens)."""
+    open: bool = False
+    """No tokens are configured: anyone may do anything, and say who they are."""
 
     def allows(self, agent: str) -> bool:
         """Whether the request may touch `agent`'s runs and threads."""
@@ -54,6 +63,14 @@ def parse_tokens(value: str | None) -> list[Token]:
         if not entry:
             continue
         secret, sep, names = entry.partition(":")
+        name = None
+        if "@" in secret:
+            name, _, secret = secret.partition("@")
+            if not _NAME.match(name):
+                raise UsageError(
+                    f"TOREN_WEB_TOKENS entry {position}: the name before '@' must be letters, "
+                    "digits and _.+- (like alice@<token>)"
+                )
         if not secret:
             raise UsageError(f"TOREN_WEB_TOKENS entry {position} has no token before ':'")
         agents = None
@@ -66,7 +83,7 @@ def parse_tokens(value: str | None) -> list[Token]:
                     f"'|' (got {', '.join(map(repr, bad)) or 'none'})"
                 )
             agents = frozenset(listed)
-        tokens.append(Token(secret, agents))
+        tokens.append(Token(secret, agents, name))
     return tokens
 
 
@@ -76,7 +93,7 @@ def authorize(tokens: list[Token], header: str | None) -> Access | None:
     With no tokens configured the app runs open: every request may touch every agent.
     """
     if not tokens:
-        return Access()
+        return Access(open=True)
     scheme, _, presented = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
         return None
@@ -85,4 +102,4 @@ def authorize(tokens: list[Token], header: str | None) -> Access | None:
     for token in tokens:  # check them all, so timing says nothing of which matched
         if hmac.compare_digest(token.secret.encode(), given):
             found = token
-    return None if found is None else Access(found.agents)
+    return None if found is None else Access(found.agents, found.name)

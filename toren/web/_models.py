@@ -91,9 +91,11 @@ class Decide(_Request):
     approve: bool
     """`true` to approve, `false` to deny."""
     by: str | None = Field(default=None, min_length=1, max_length=200)
-    """Who decides (default `web`)."""
+    """Who decides (default `web`); a named token decides as its name, and refuses another."""
     comment: str = Field(default="", max_length=10_000)
     """Why; the model reads it on a denial."""
+    args: dict[str, Any] | None = None
+    """Approve with these arguments instead of the model's (checked by the run)."""
 
 
 class Error(BaseModel):

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from toren import client as toren_client
 from toren.web import _models as m
-from toren.web._access import Target, target
+from toren.web._access import Target, decider, target
 from toren.web._auth import Access
 from toren.web._errors import WebError
 from toren.web._sse import check_stream, sse_events, start_offset
@@ -207,13 +207,10 @@ class Handlers:
         found = await self._target(request, thread_only=thread_only)
         if found.status not in (None, WorkflowExecutionStatus.RUNNING):
             raise WebError(409, f"{found.id!r} has closed: no call waits any more", field="id")
+        client = await self._client()
+        by = await decider(client, request.state.access, found.id, req)
         decision = await toren_client.decide(
-            await self._client(),
-            found.id,
-            req.call_id,
-            req.approve,
-            by=req.by or "web",
-            comment=req.comment,
+            client, found.id, req.call_id, req.approve, by=by, comment=req.comment, args=req.args
         )
         return _out(m.DecisionOut(decision))
 

@@ -133,6 +133,7 @@ def load_agent(folder: str | Path) -> Agent:
                     f"{tools[name].execution_provider} runs inside the model call: no tool can "
                     "invoke it"
                 )
+    problems += _rule_problems(config, tools, path)
     strategy = _context_strategy(folder, config, path, problems)
     if problems:
         raise ConfigError(problems)
@@ -264,3 +265,22 @@ def process_specs(config: AgentConfig, folder: Path) -> dict[str, dict[str, Any]
     if problems:
         raise ConfigError(problems)
     return specs
+
+
+def _rule_problems(config: AgentConfig, tools: dict[str, Tool], path: Path) -> list[str]:
+    """`approvals.rules` entries naming a tool the agent lacks, or one that is never gated."""
+    problems = []
+    for i, rule in enumerate(config.approvals.rules):
+        tool = tools.get(rule.tool)
+        where = f"{path}: approvals.rules[{i}] ({rule.name})"
+        if tool is None:
+            problems.append(
+                f"{where}: tool {rule.tool!r} is not one of the agent's tools "
+                f"({', '.join(sorted(tools))})"
+            )
+        elif tool.approval_kind == "never":
+            problems.append(
+                f"{where}: tool {rule.tool!r} is never gated (approval: never), so the rule "
+                "would never apply; give the tool an approval or remove the rule"
+            )
+    return problems

@@ -94,6 +94,7 @@ class AgentRun(RunHandlers):
             refused=lambda: self._run.refused,
             on_change=self._sync_status,
             headline=self._headline,
+            schema_of=self._tool_schema,
         )
         self._status = StatusAttributes()
         self._window: ContextWindow = ContextWindow(self)  # prompts fit its window

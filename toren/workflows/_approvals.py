@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from toren.agent._schema import validate_args
 from toren.agent._types import Decision, PendingApproval
 
 __all__ = [
@@ -30,7 +31,8 @@ __all__ = [
 
 APPROVE_HELP = (
     'Approve a waiting tool call. Data: {"call_id": "<call_id from User Metadata → Current '
-    'Details>", "by": "<your name>", "comment": "<optional>"}'
+    'Details>", "by": "<your name>", "comment": "<optional>", "args": {<optional: the '
+    "arguments to run it with instead>}}"
 )
 DENY_HELP = (
     'Deny a waiting tool call; the model is told why. Data: {"call_id": "<id>", '
@@ -38,7 +40,7 @@ DENY_HELP = (
 )
 DECIDE_HELP = (
     'Approve or deny a waiting call and get the decision back. Data: {"call_id": "<id>", '
-    '"approve": true, "by": "<your name>", "comment": "<optional>"}'
+    '"approve": true, "by": "<your name>", "comment": "<optional>", "args": {<optional>}}'
 )
 
 
@@ -57,6 +59,7 @@ class Approvals:
         refused: Callable[[], list[dict[str, Any]]],
         on_change: Callable[[], None],
         headline: Callable[[], str] = lambda: "",
+        schema_of: Callable[[str], dict[str, Any] | None] = lambda tool: None,
     ) -> None:
         """Create the bookkeeping of one run.
 
@@ -65,10 +68,12 @@ class Approvals:
             on_change: called when calls start or stop waiting (keeps the inbox current).
             headline: what the run is and how far it got, above the approvals in the details
                 (a run started by any client shows it, with or without a summary).
+            schema_of: a tool's input schema by name, to check the arguments a person edits.
         """
         self._refused = refused
         self._on_change = on_change
         self._headline = headline
+        self._schema_of = schema_of
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, Decision] = {}
 
@@ -85,17 +90,24 @@ class Approvals:
         """Whether `call_id` has a decision."""
         return call_id in self.decisions
 
-    def expire(self, call_id: str, after_s: float) -> None:
-        """Deny `call_id` because nobody decided within `after_s` seconds."""
+    def expire(self, call_id: str, after_s: float, auto: str = "", rule: str = "") -> None:
+        """Decide `call_id`: nobody did within `after_s` seconds. Denied, unless its rule approves.
+
+        `auto`: what the call's `rule` decides at expiry (`approve`; anything else denies).
+        """
         if call_id in self.decisions:
             return
+        comment = f"approval expired after {_duration(after_s)}"
+        if rule:
+            comment += f"; rule {rule}: {'approve' if auto == 'approve' else 'deny'}"
         self.decisions[call_id] = Decision(
             call_id=call_id,
-            approved=False,
+            approved=auto == "approve",
             by="toren",
-            comment=f"approval expired after {_duration(after_s)}",
+            comment=comment,
             at=workflow.now().isoformat(),
             via="expiry",
+            rule=rule,
         )
 
     def take(self, call_id: str) -> Decision:
@@ -118,7 +130,7 @@ class Approvals:
             self._refuse(kind, payload, f"expected one JSON object, got {what}")
             return
         body = payload[0]
-        problem = self._problem(body)
+        problem = self._problem(body, approving=kind == "approve")
         if problem is not None:
             self._refuse(kind, body, problem)
             return
@@ -136,8 +148,10 @@ class Approvals:
             what = "no argument" if not payload else f"{len(payload)} arguments"
             problem = f"expected one JSON object, got {what}"
         else:
-            problem = self._problem(payload[0])
-            if problem is None and not isinstance(payload[0].get("approve"), bool):
+            body = payload[0]
+            approving = body.get("approve") if isinstance(body, dict) else None
+            problem = self._problem(body, approving=approving is True)
+            if problem is None and not isinstance(approving, bool):
                 problem = 'field "approve" must be true or false'
         if problem is not None:
             raise ApplicationError(
@@ -153,10 +167,20 @@ class Approvals:
         """Refuse and record a signal no handler has (a misspelled `approve`, say)."""
         self._refuse(name, payload, unknown_signal_problem(name))
 
-    def _problem(self, body: Any) -> str | None:
-        return decision_problem(body, self.pending, self.decisions)
+    def _problem(self, body: Any, approving: bool) -> str | None:
+        call = self.pending.get(str(body.get("call_id"))) if isinstance(body, dict) else None
+        return decision_problem(
+            body,
+            self.pending,
+            self.decisions,
+            approving=approving,
+            approvers=call.approvers if call is not None else None,
+            schema=self._schema_of(call.tool) if call is not None else None,
+        )
 
     def _record(self, body: dict[str, Any], approved: bool, via: str) -> Decision:
+        call = self.pending[body["call_id"]]
+        edited = body.get("args")
         decision = Decision(
             call_id=body["call_id"],
             approved=approved,
@@ -164,6 +188,7 @@ class Approvals:
             comment=str(body.get("comment") or ""),
             at=workflow.now().isoformat(),
             via=via,
+            args=edited if approved and edited is not None and edited != call.args else None,
         )
         self.decisions[decision.call_id] = decision
         workflow.logger.info(
@@ -206,16 +231,26 @@ class Approvals:
             for p in self.pending.values():
                 approve = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": ""})
                 deny = json.dumps({"call_id": p.call_id, "by": "your-name", "comment": "why"})
+                edit = json.dumps({"call_id": p.call_id, "by": "your-name", "args": p.args})
                 until = _short_time(p.expires_at) if p.expires_at else "never (waits until decided)"
+                who = f"- **who may decide:** {', '.join(p.approvers)}\n" if p.approvers else ""
+                rule = f"- **rule:** {p.rule}\n" if p.rule else ""
+                edit_part = (
+                    f"approve with changed arguments (edit `args`):\n```json\n{edit}\n```\n"
+                    if len(edit) <= 1000
+                    else ""
+                )
                 parts.append(
                     f"### `{p.tool}` - call `{p.call_id}`\n"
                     f"- **args:** `{json.dumps(p.args, ensure_ascii=False)[:1000]}`\n"
                     f"- **why gated:** {p.reason}\n"
+                    f"{rule}{who}"
                     f"- **waiting since:** {_short_time(p.requested_at)}\n"
                     f"- **expires:** {until}\n\n"
                     "To decide: **More Actions > Send a Signal**, choose `approve` or `deny`, "
                     "paste into Data with your name in `by`, press Tab, then Submit:\n\n"
                     f"approve:\n```json\n{approve}\n```\n"
+                    f"{edit_part}"
                     f"deny:\n```json\n{deny}\n```\n"
                     "Or **Send an Update** > `decide` with "
                     f'`{{"call_id": "{p.call_id}", "approve": true, "by": "your-name"}}` '
@@ -235,10 +270,19 @@ def unknown_signal_problem(name: str) -> str:
     return f"unknown signal {name!r}{hint}"
 
 
-def decision_problem(body: Any, pending: Collection[str], decided: Collection[str]) -> str | None:
+def decision_problem(
+    body: Any,
+    pending: Collection[str],
+    decided: Collection[str],
+    approving: bool = True,
+    approvers: list[str] | None = None,
+    schema: Mapping[str, Any] | None = None,
+) -> str | None:
     """Why a decision payload must be refused, or `None` when it decides a waiting call.
 
-    Shared by the workflow and the event-log renderer, so both tell the same story.
+    `approving`: it approves (only an approval may carry edited `args`); `approvers`: who may
+    decide the call (`None`: anyone); `schema`: the tool's input schema, which edited `args`
+    must fit. Shared by the workflow and the event-log renderer, so both tell the same story.
     """
     if not isinstance(body, dict):
         return f"expected a JSON object, got {json_type(body)}"
@@ -254,6 +298,18 @@ def decision_problem(body: Any, pending: Collection[str], decided: Collection[st
     for key in ("by", "comment"):
         if body.get(key) is not None and not isinstance(body[key], str):
             return f'"{key}" must be a string'
+    if body.get("args") is not None:
+        args = body["args"]
+        if not approving:
+            return '"args" changes a call a person approves; a denial takes none'
+        if not isinstance(args, dict):
+            return f'"args" must be a JSON object of the tool\'s arguments, got {json_type(args)}'
+        problem = validate_args(dict(schema), args) if schema is not None else None
+        if problem is not None:
+            return f'"args" do not fit the tool\'s input: {problem}; the call still waits'
+    if approvers is not None and body.get("by") not in approvers:
+        who = repr(body["by"]) if body.get("by") else 'a decision without "by"'
+        return f"{who} may not decide call {call_id!r}: its approvers are {', '.join(approvers)}"
     return None
 
 

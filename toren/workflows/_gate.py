@@ -8,6 +8,7 @@ Workflow-side code: deterministic, no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -44,23 +45,37 @@ class Gate:
         return self._run.spec
 
     async def check(self, tool: ToolSpec, call_id: str, args: dict[str, Any]) -> ApprovalCheck:
-        """Whether this call waits for a person, and why (or why its arguments are wrong)."""
+        """Whether this call waits for a person, and why (or why its arguments are wrong).
+
+        A call that a remembered grant lets through is announced as decided by its rule; the
+        check's recorded result (rule, `granted_by`) is the event log's record of it.
+        """
         if tool.approval == "never":
             return ApprovalCheck(gated=False, call_id=call_id, tool=tool.name)
         # Also for `always`: the recorded result is the ApprovalRequested entry of the event log.
         check: ApprovalCheck = await workflow.execute_local_activity(
             "toren.check_approval",
-            ApprovalQuestion(self._spec.name, tool.name, call_id, args),
+            ApprovalQuestion(self._spec.name, tool.name, call_id, args, self._grants()),
             result_type=ApprovalCheck,
             start_to_close_timeout=timedelta(seconds=30),
         )
+        if not check.gated and check.granted_by:
+            self._publish(
+                "approval_decided",
+                {"call_id": call_id, "name": tool.name, "approved": True, "by": "toren",
+                 "comment": check.reason, "rule": check.rule},
+            )  # fmt: skip
         return check
 
     async def await_decision(
-        self, tool: ToolSpec, call_id: str, args: dict[str, Any], reason: str
+        self, tool: ToolSpec, call_id: str, args: dict[str, Any], check: ApprovalCheck
     ) -> Decision:
-        """Park the call until a person decides it or its approval expires; the decision."""
-        timeout_s = tool.approval_timeout_s or self._spec.approval_timeout_s
+        """Park the call until a person decides it or its approval expires; the decision.
+
+        An approval under a rule with `remember` becomes a grant; an approval with changed
+        arguments leaves the model a note of what changed.
+        """
+        timeout_s = check.timeout_s or tool.approval_timeout_s or self._spec.approval_timeout_s
         now = workflow.now()
         self._approvals.request(
             PendingApproval(
@@ -68,17 +83,24 @@ class Gate:
                 tool=tool.name,
                 args=args,
                 requested_at=now.isoformat(),
-                reason=reason,
+                reason=check.reason,
                 step=self._run.step,
                 expires_at=(now + timedelta(seconds=timeout_s)).isoformat() if timeout_s else None,
+                approvers=check.approvers,
+                rule=check.rule,
             )
         )
         pending = self._approvals.pending.get(call_id)
-        self._publish(
-            "approval_requested",
-            {"call_id": call_id, "name": tool.name, "args": args, "reason": reason,
-             "expires_at": pending.expires_at if pending else None},
-        )  # fmt: skip
+        requested: dict[str, Any] = {
+            "call_id": call_id,
+            "name": tool.name,
+            "args": args,
+            "reason": check.reason,
+            "expires_at": pending.expires_at if pending else None,
+        }
+        if check.approvers is not None:
+            requested["approvers"] = check.approvers
+        self._publish("approval_requested", requested)
         try:
             # The summary only with a timeout: the SDK builds it into a protobuf message (its
             # own upb arena, ~1.5 KB) that a parked run would hold for nothing.
@@ -88,11 +110,53 @@ class Gate:
                 timeout_summary=f"approval of {tool.name} expires" if timeout_s else None,
             )
         except TimeoutError:
-            self._approvals.expire(call_id, timeout_s or 0.0)
+            self._approvals.expire(call_id, timeout_s or 0.0, check.auto, check.rule)
         decision = self._approvals.take(call_id)
-        self._publish(
-            "approval_decided",
-            {"call_id": call_id, "name": tool.name, "approved": decision.approved,
-             "by": decision.by, "comment": decision.comment},
-        )  # fmt: skip
+        decided: dict[str, Any] = {
+            "call_id": call_id,
+            "name": tool.name,
+            "approved": decision.approved,
+            "by": decision.by,
+            "comment": decision.comment,
+        }
+        if decision.args is not None:
+            decided.update(edited=True, args_before=args, args=decision.args)
+        if decision.rule:
+            decided["rule"] = decision.rule
+        self._publish("approval_decided", decided)
+        if decision.approved and decision.via != "expiry" and check.remember:
+            self._run.grants.append(
+                {"rule": check.rule, "scope": check.remember, "execution": self._run.execution,
+                 "by": decision.by, "call_id": call_id}
+            )  # fmt: skip
+        if decision.approved and decision.args is not None:
+            self._run.notices.append(_edited_note(tool.name, call_id, decision, args))
         return decision
+
+    def _grants(self) -> dict[str, str]:
+        """The grants in force, by rule: a thread's, and this execution's `run` ones."""
+        return {
+            g["rule"]: g["by"]
+            for g in self._run.grants
+            if g["scope"] == "thread" or g.get("execution", 0) == self._run.execution
+        }
+
+
+def _edited_note(
+    tool: str, call_id: str, decision: Decision, before: dict[str, Any]
+) -> dict[str, Any]:
+    """What the model is told of a call a person approved with other arguments."""
+    changed = {
+        key: {"yours": before.get(key), "ran_with": value}
+        for key, value in (decision.args or {}).items()
+        if before.get(key) != value
+    }
+    dropped = sorted(set(before) - set(decision.args or {}))
+    text = (
+        f"(toren: {decision.by} approved your call {call_id} to {tool} with changed arguments, "
+        f"and it ran with those: {json.dumps(decision.args, ensure_ascii=False)}; changed: "
+        f"{json.dumps(changed, ensure_ascii=False)}"
+        + (f"; left out: {', '.join(dropped)}" if dropped else "")
+        + ")"
+    )
+    return {"role": "user", "content": text}

@@ -32,6 +32,12 @@ class RunHandlers:
     _approvals: approvals.Approvals
     _executing: bool
 
+    def _tool_schema(self, tool: str) -> dict[str, Any] | None:
+        """A tool's recorded input schema (what an edited call's arguments must fit)."""
+        spec = self._run.spec
+        found = next((t for t in spec.tools if t.name == tool), None) if spec else None
+        return found.schema if found is not None else None
+
     @workflow.signal(description=approvals.APPROVE_HELP)
     def approve(self, *payload: Any) -> None:
         """Approve a waiting call: `{"call_id": ..., "by": ..., "comment": ...}`."""

@@ -150,10 +150,11 @@ class ToolCalls:
         if gate.error is not None:
             return made_here(f"invalid arguments for {name}: {gate.error}")
         if gate.gated:
-            decision = await self._gate.await_decision(tool, call_id, args, gate.reason)
+            decision = await self._gate.await_decision(tool, call_id, args, gate)
             if not decision.approved:
                 comment = f": {decision.comment}" if decision.comment else ""
                 return made_here(f"denied by {decision.by}{comment}")
+            args = decision.args if decision.args is not None else args
 
         if tool.native:
             text, failed = await self._background.run_native(tool, use_id, args)

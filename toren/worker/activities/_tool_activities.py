@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from toren.agent._approval_policy import apply_policy
 from toren.agent._tool import Tool
 from toren.agent._transcript import tool_message
 from toren.agent._types import ApprovalCheck, ApprovalQuestion, ToolCallInput, ToolCallResult
@@ -49,8 +50,7 @@ class ToolActivities(Served):
         check = ApprovalCheck(gated=True, call_id=call_id, tool=tool)
         if t.approval_kind == "always":
             check.reason = "approval: always"
-            self.telemetry.approval_requested(agent, tool)
-            return check
+            return self._shaped(loaded, check, question)
         try:
             check.gated = t.needs_approval(args)
             check.reason = "its approval predicate matched" if check.gated else ""
@@ -66,7 +66,18 @@ class ToolActivities(Served):
             )
             check.reason = f"its approval predicate raised {type(err).__name__}"
         if check.gated and not check.error:
-            self.telemetry.approval_requested(agent, tool)
+            return self._shaped(loaded, check, question)
+        return check
+
+    def _shaped(
+        self, loaded: LoadedAgent, check: ApprovalCheck, question: ApprovalQuestion
+    ) -> ApprovalCheck:
+        """A gated call's check shaped by agent.yaml `approvals:` (its rule, approvers, grant)."""
+        policy = loaded.agent.config.approvals
+        if policy.approvers is not None or policy.rules:
+            check = apply_policy(policy, check, question.args, question.grants)
+        if check.gated:
+            self.telemetry.approval_requested(question.agent, question.tool)
         return check
 
     def _tool_activity(self, loaded: LoadedAgent, tool: Tool) -> Callable[..., Any]:
