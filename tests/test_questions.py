@@ -119,10 +119,11 @@ async def test_ask_human_answered_by_signal_cli_toren_and_http(
         ]
         assert [q.question_id for q in await toren_client.pending_questions(client, handle.id)] \
             == ["q_ask1_1"]  # still waiting  # fmt: skip
-        details = (await plain.describe()).raw_description.execution_config.user_metadata
-        assert "q_ask1_1" in str(details.details) and "Send a Signal" in str(details.details)
+        details = (await plain.query("__temporal_workflow_metadata")).current_details
+        assert '{"question_id": "q_ask1_1", "text": "red", "by": "your-name"}' in details
+        assert "> Which colour?" in details and "choose `answer`" in details
         items = await wait_for(lambda: _inbox_has(client, folder.name, "q_ask1_1"))
-        assert items[0].run_id == handle.id and items[0].question is not None
+        assert items[0].run_id == handle.id and items[0].question.question == "Which colour?"
         await plain.signal("answer", {"question_id": "q_ask1_1", "text": "blue", "by": "al"})
 
         # 2. The `temporal` CLI.
@@ -137,6 +138,11 @@ async def test_ask_human_answered_by_signal_cli_toren_and_http(
         # 3. `toren answer`: a wrong choice is refused with the reason, then the right one.
         await waiting(client, handle.id, "q_ask3_1")
         env = {"TEMPORAL_ADDRESS": dev_server.address, "PATH": "/usr/bin:/bin"}
+        out = await run_cli(sys.executable, "-m", "toren.cli", "pending", handle.id,
+                            env=env)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert 'asks: "Gift wrap?"  choices: yes, no' in out.stdout
+        assert f'toren answer {handle.id} q_ask3_1 "yes"' in out.stdout
         toren = [sys.executable, "-m", "toren.cli", "answer", handle.id, "q_ask3_1"]
         out = await run_cli(*toren, "maybe", "--by", "bo", env=env)
         assert out.returncode == 1 and "must be one of the choices" in out.stderr, out
@@ -271,6 +277,6 @@ async def _at_least(query: Any, n: int) -> list[Any] | None:
 
 
 async def _inbox_has(client: Client, agent: str, question_id: str) -> list[Any] | None:
-    items = await toren_client.inbox(client, agent=agent)
-    hits = [i for i in items if i.question is not None and i.question.question_id == question_id]
+    items = await toren_client.question_inbox(client, agent=agent)
+    hits = [i for i in items if i.question.question_id == question_id]
     return hits or None
