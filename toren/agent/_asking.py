@@ -22,7 +22,7 @@ import contextvars
 from datetime import timedelta
 from typing import Any
 
-from toren.errors import QuestionExpired
+from toren.errors import QuestionExpired, TorenError
 
 __all__ = ["AskPending", "Asking", "current_answers"]
 
@@ -33,11 +33,12 @@ current_answers: contextvars.ContextVar[list[dict[str, Any]] | None] = contextva
 them `ctx.ask` has returned so far; the activity runtime sets it around each call."""
 
 
-class AskPending(Exception):  # noqa: N818 - not an error: the handler stops to ask
+class AskPending(TorenError):  # noqa: N818 - not an error: the handler stops to ask
     """Raised by `ctx.ask` for a question not answered yet; the activity runtime catches it.
 
-    A handler should let it pass (a bare `except Exception:` around `ctx.ask` would swallow it,
-    and the call would finish without asking).
+    Internal (in the tree so nothing escapes it): a handler should let it pass (a bare `except
+    Exception:` or `except TorenError:` around `ctx.ask` would swallow it, and the call would
+    finish without asking).
     """
 
     def __init__(self, question: str, choices: list[str] | None, timeout_s: float | None) -> None:

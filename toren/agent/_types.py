@@ -37,17 +37,20 @@ from typing import Any
 
 from toren.agent._approval_types import ApprovalCheck, ApprovalQuestion, Decision, PendingApproval
 from toren.agent._converter import omit_defaults
+from toren.agent._question_types import Answer, PendingQuestion
 from toren.agent._spec import AgentSpec
 
 __all__ = [
     "CUT_AT_MAX_TOKENS",
     "STREAM_TOPIC",
+    "Answer",
     "ApprovalCheck",
     "ApprovalQuestion",
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
     "PendingApproval",
+    "PendingQuestion",
     "RunInput",
     "RunResult",
     "RunState",

@@ -22,9 +22,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._question_types import Answer, PendingQuestion
     from toren.agent._spec import ToolSpec
-    from toren.agent._types import RunState, ToolCallResult
+    from toren.agent._types import Answer, PendingQuestion, RunState, ToolCallResult
     from toren.workflows._approvals import Approvals, json_type
 
 __all__ = ["ANSWER_EXAMPLE", "ANSWER_HELP", "Questions", "answer_problem"]

@@ -15,9 +15,8 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._question_types import Answer, PendingQuestion
     from toren.agent._transcript import page_of
-    from toren.agent._types import Decision, PendingApproval, RunState
+    from toren.agent._types import Answer, Decision, PendingApproval, PendingQuestion, RunState
     from toren.workflows import _approvals as approvals
     from toren.workflows._questions import ANSWER_HELP, Questions
     from toren.workflows._tool_calls import ToolCalls, flow_id
