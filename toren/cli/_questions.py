@@ -8,17 +8,21 @@ pending` (the inbox) lists waiting questions under the waiting calls (`questions
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from collections.abc import Callable
+from typing import TextIO
 
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren.cli._common import connect, default_by
 from toren.cli._watch import toren_command
 from toren.errors import UndecodablePayloadError
 
-__all__ = ["add_parsers", "cmd_answer", "questions_inbox"]
+__all__ = ["add_parsers", "ask_in_chat", "cmd_answer", "questions_inbox"]
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,3 +73,37 @@ async def questions_inbox(client: Client, run_id: str | None, agent: str | None)
         example = json.dumps(q.choices[0] if q.choices else "<answer>")
         lines.append(f"    {toren_command(f'answer {run} {q.question_id} {example}')}")
     return lines
+
+
+async def ask_in_chat(
+    client: Client,
+    thread_id: str,
+    asked: set[str],
+    by: str,
+    read: Callable[[str], str],
+    out: TextIO,
+) -> None:
+    """`toren chat`: ask the person at the terminal each new question the thread waits on.
+
+    Raises:
+        EOFError: input ended at the prompt (the question keeps waiting).
+    """
+    try:
+        questions = await toren_client.pending_questions(client, thread_id)
+    except RPCError:
+        return  # a worker is restarting: ask again on the next round
+    for q in questions:
+        if q.question_id in asked:
+            continue
+        asked.add(q.question_id)
+        choices = f" [{' / '.join(q.choices)}]" if q.choices else ""
+        text = ""
+        while not text:
+            text = (await asyncio.to_thread(read, f"{q.tool} asks: {q.question}{choices} ")).strip()
+        try:
+            answer = await toren_client.answer(client, thread_id, q.question_id, text, by=by)
+        except WorkflowUpdateFailedError as err:
+            print(f"(not recorded: {getattr(err.cause, 'message', None) or err})", file=out)
+            asked.discard(q.question_id)  # asked again on the next round
+            continue
+        print(f"(answered: {answer.text})", file=out, flush=True)
