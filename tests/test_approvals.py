@@ -249,7 +249,7 @@ async def test_bad_decide_requests_and_misspelled_signals_are_refused_with_the_f
     }
     assert [r["reason"] for r in refused] == [
         "unknown signal 'aprove'; did you mean 'approve'?",
-        "unknown signal 'nudge' (signals: approve, deny)",
+        "unknown signal 'nudge' (signals: approve, deny, answer)",
     ]
     history = await fetch_history(client, handle.id)
     assert not task_failures(history)

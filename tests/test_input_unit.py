@@ -117,7 +117,9 @@ def test_nothing_waiting_is_said() -> None:
 
 def test_signal_names_and_value_types_read_well() -> None:
     assert unknown_signal_problem("aprove") == "unknown signal 'aprove'; did you mean 'approve'?"
-    assert unknown_signal_problem("nudge") == "unknown signal 'nudge' (signals: approve, deny)"
+    assert (
+        unknown_signal_problem("nudge") == "unknown signal 'nudge' (signals: approve, deny, answer)"
+    )
     values = [None, True, 1, 1.5, "s", [], {}, b"x"]
     expected = [
         "null",

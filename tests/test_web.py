@@ -106,7 +106,7 @@ async def test_an_approval_decided_over_http_completes_the_run(
             )
             assert refused.status_code == 403
             assert refused.json()["field"] == "id"
-            assert (await other.get("/v1/inbox")).json() == {"inbox": []}
+            assert (await other.get("/v1/inbox")).json() == {"inbox": [], "questions": []}
             assert (await other.get(f"/v1/inbox?agent={agent}")).status_code == 403
 
         decided = await http.post(
@@ -293,7 +293,7 @@ def test_toren_serve_runs_open_on_loopback_or_when_told_with_a_warning(
                 break
             except httpx.TransportError:
                 threading.Event().wait(0.1)
-        assert r.status_code == 200 and r.json() == {"inbox": []}
+        assert r.status_code == 200 and r.json() == {"inbox": [], "questions": []}
     finally:
         server.terminate()
         out, _ = server.communicate(timeout=30)
@@ -642,7 +642,7 @@ def _schemathesis(
     schema.config.generation.update(with_security_parameters=False)
     schema.config.checks.negative_data_rejection.expected_statuses.append("413")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 15  # every route of the app
+    assert len(operations) == 17  # every route of the app
     for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
         for operation in operations:
             strategy = operation.as_strategy(generation_mode=mode)

@@ -82,6 +82,7 @@ __all__ = [
     "ModelRequest",
     "PendingApproval",
     "PromptTooLongError",
+    "QuestionExpired",
     "RunError",
     "RunInput",
     "RunResult",

@@ -16,6 +16,7 @@ TorenError                  root of everything toren raises to a user
 │   └── SandboxError        a workspace path or command the model got wrong
 ├── UsageError              a call to toren's API with a wrong argument (also a ValueError)
 ├── ApprovalWaitError       `wait_for_approval` saw no waiting call in time, or the run closed
+├── QuestionExpired         nobody answered a tool's `ctx.ask` in time (raised in the handler)
 ├── UndecodablePayloadError a payload is encoded (encrypted) by a codec this process lacks;
 │                           names the setting; `accepted` when the action took effect first
 ├── CodecServerError        the team's codec server did not answer or refused
@@ -51,6 +52,7 @@ __all__ = [
     "ModelError",
     "ModelHTTPError",
     "PromptTooLongError",
+    "QuestionExpired",
     "RunError",
     "SandboxError",
     "SqlQueryError",
@@ -177,6 +179,14 @@ class ApprovalWaitError(TorenError):
     """No call of the run waited for a decision in time, or the run closed before one did.
 
     Raised by `toren.client.wait_for_approval`; the message names the run and what it did.
+    """
+
+
+class QuestionExpired(TorenError):
+    """Nobody answered a question a tool asked with `ctx.ask` before it expired.
+
+    Raised inside the handler, by `ctx.ask`, on the handler's run after the expiry; a handler
+    that does not catch it fails with it, and the model reads why.
     """
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from toren.agent._asking import Asking
 from toren.agent._code_run import CodeRequest, CodeRun
 
 __all__ = [
@@ -188,8 +189,8 @@ class CallHooks(Protocol):
 
 
 @dataclass
-class ToolContext:
-    """What a handler may use besides its arguments.
+class ToolContext(Asking):
+    """What a handler may use besides its arguments (`ask`: `toren.agent._asking`).
 
     Handlers read configuration from `env` only, never from `os.environ`: it holds exactly the
     names the agent declared in agent.yaml, plus the tool's own `variables`.

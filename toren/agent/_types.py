@@ -37,17 +37,20 @@ from typing import Any
 
 from toren.agent._approval_types import ApprovalCheck, ApprovalQuestion, Decision, PendingApproval
 from toren.agent._converter import omit_defaults
+from toren.agent._question_types import Answer, PendingQuestion
 from toren.agent._spec import AgentSpec
 
 __all__ = [
     "CUT_AT_MAX_TOKENS",
     "STREAM_TOPIC",
+    "Answer",
     "ApprovalCheck",
     "ApprovalQuestion",
     "Decision",
     "ModelCallInput",
     "ModelCallResult",
     "PendingApproval",
+    "PendingQuestion",
     "RunInput",
     "RunResult",
     "RunState",
@@ -274,6 +277,9 @@ class ToolCallInput:
     """The workspace version the run's last workspace call recorded (None: none yet)."""
     run_key: str = ""
     """As `ModelCallInput.run_key`."""
+    answers: list[dict[str, Any]] | None = None
+    """Answers to the questions the handler asked with `ctx.ask` on its earlier runs, in order:
+    `{"text", "by"}`, or `{"expired": true, "after_s"}` (`toren.agent._asking`)."""
 
 
 @omit_defaults
@@ -289,6 +295,9 @@ class ToolCallResult:
     """Set when the call ran as a local activity, whose recorded marker lacks its input."""
     workspace: str | None = None
     """The workspace version this call left (`toren.store._workspace`), when it wrote there."""
+    ask: dict[str, Any] | None = None
+    """Set when the handler asked a person (`ctx.ask`) and stopped there: `{"question",
+    "choices", "timeout_s"}`; the run waits for the answer, then runs the call again with it."""
 
 
 @dataclass

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from toren.cli import _approvals, _chat, _compact, _deploy, _eval, _runs, _setup, _store
+from toren.cli import _approvals, _chat, _compact, _deploy, _eval, _questions, _runs, _setup, _store
 from toren.cli._common import Unreachable, add_codec_flags
 from toren.errors import CodecServerError, TorenError, UndecodablePayloadError
 
@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     _chat.add_parsers(sub)
     _compact.add_parsers(sub)
     _approvals.add_parsers(sub)
+    _questions.add_parsers(sub)
     _setup.add_parsers(sub)
     _store.add_parsers(sub)
     _deploy.add_parsers(sub)

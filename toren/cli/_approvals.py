@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from toren import client as toren_client
+from toren.cli import _questions
 from toren.cli._common import connect, default_by
 from toren.cli._watch import toren_command
 from toren.errors import UndecodablePayloadError, UsageError
@@ -73,6 +74,8 @@ async def cmd_pending(args: argparse.Namespace) -> int:
         print(f"no call of {args.run_id} is waiting for approval")
     for c in calls:
         print(f"{c.call_id}  {c.tool}({json.dumps(c.args)})  since {c.requested_at}  [{c.reason}]")
+    for line in await _questions.questions_inbox(client, args.run_id, None):  # ask_human, ctx.ask
+        print(line)
     return 0
 
 
@@ -96,6 +99,8 @@ async def _inbox(client: Client, args: argparse.Namespace) -> int:
         age = _age(i.age.total_seconds())
         print(f"{i.run_id}  {i.call.call_id}  {i.call.tool}({json.dumps(i.call.args)})  {age} ago")
         print(f"    {toren_command(f'approve {i.run_id} {i.call.call_id}')}")
+    for line in await _questions.questions_inbox(client, None, args.agent):  # ask_human, ctx.ask
+        print(line)
     return 0
 
 

@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 
 from toren import client as toren_client
 from toren.agent._types import PendingApproval
+from toren.cli import _questions
 from toren.cli._common import connect, default_by
 from toren.client._stream import LiveStream
 from toren.client._threads import running_thread
@@ -166,6 +167,14 @@ async def _exchange(
                 if reader is not None:
                     reader.cancel()
                 raise
+        try:  # questions a tool asks a person (`ask_human`, `ctx.ask`)
+            await _questions.ask_in_chat(client, thread_id, asked, by, read, out)
+        except EOFError:
+            print("\n(left unanswered: the question keeps waiting)", file=out, flush=True)
+            sending.cancel()
+            if reader is not None:
+                reader.cancel()
+            raise _Left from None
     if reader is not None:
         # The stream's last items may trail the answer by a poll.
         with contextlib.suppress(asyncio.TimeoutError, Exception):

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from toren.agent._types import PendingApproval, RunInput, RunResult
-from toren.client._decisions import approve, decide, deny, pending, wait_for_approval
+from toren.agent._types import RunInput, RunResult
+from toren.client._decisions import approve, decide, deny, wait_for_approval
 from toren.client._deploy import ThreadMove, deploy_check, move_threads
 from toren.client._eval import (
     EvalCase,
@@ -50,6 +49,8 @@ from toren.client._eval_report import markdown as eval_markdown
 from toren.client._eval_report import table as eval_table
 from toren.client._fork import copy_workspace, fork_point
 from toren.client._history import chain_of, events, first_run, histories, workspace_version
+from toren.client._inbox import InboxItem, QuestionItem, inbox, pending, question_inbox
+from toren.client._questions import answer, pending_questions
 from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
 from toren.client._threads import close_thread, messages, send_message, start_thread
@@ -66,13 +67,14 @@ from toren.client._trajectory import (
     trajectory,
 )
 from toren.connect import _search_attributes as search_attributes
-from toren.errors import UndecodablePayloadError, UsageError
+from toren.errors import UsageError
 
 __all__ = [
     "Divergence",
     "EvalCase",
     "EvalSource",
     "InboxItem",
+    "QuestionItem",
     "LiveStream",
     "ReplayCheck",
     "Scorer",
@@ -81,6 +83,9 @@ __all__ = [
     "Turn",
     "ThreadMove",
     "StreamEvent",
+    "answer",
+    "pending_questions",
+    "question_inbox",
     "approve",
     "attach",
     "close_thread",
@@ -252,43 +257,3 @@ async def eval_source(client: Client, run_id: str, agent: str | None = None) -> 
     return await source_from_histories(
         chain, client.data_converter.payload_converter, agent, client
     )
-
-
-@dataclass
-class InboxItem:
-    """A call waiting for a decision, somewhere in the namespace."""
-
-    run_id: str
-    agent: str
-    call: PendingApproval
-
-    @property
-    def age(self) -> timedelta:
-        """How long the call has waited."""
-        since = datetime.fromisoformat(self.call.requested_at)
-        return datetime.now(since.tzinfo) - since
-
-
-async def inbox(client: Client, agent: str | None = None) -> list[InboxItem]:
-    """Every call waiting for a decision in the namespace (oldest first).
-
-    Uses the `TorenStatus` search attribute (visibility), then asks each waiting run.
-    """
-    # A run terminated, cancelled or timed out while waiting keeps its last TorenStatus.
-    query = (
-        'WorkflowType IN ("AgentRun", "AgentThread") AND ExecutionStatus = "Running" '
-        'AND TorenStatus = "waiting_approval"'
-    )
-    if agent is not None:
-        query += f" AND {search_attributes.agent_clause(agent)}"
-    items: list[InboxItem] = []
-    async for execution in client.list_workflows(query):
-        try:
-            calls = await pending(client, execution.id)
-        except UndecodablePayloadError:
-            raise  # every run of the namespace is encoded alike: say how to read them
-        except Exception:  # finished between the listing and the query
-            continue
-        name = execution.typed_search_attributes.get(search_attributes.AGENT_KEY) or ""
-        items += [InboxItem(run_id=execution.id, agent=name, call=c) for c in calls]
-    return sorted(items, key=lambda i: i.call.requested_at)

@@ -1,4 +1,4 @@
-"""Deciding a run's waiting calls from a program: `decide`, `approve`, `deny`, `pending`.
+"""Deciding a run's waiting calls from a program: `decide`, `approve`, `deny`, `wait_for_approval`.
 
 Re-exported by `toren.client`; the CLI, the HTTP API and `toren.testing` decide through these.
 """
@@ -16,7 +16,7 @@ from toren.agent._types import Decision, PendingApproval
 from toren.client._readable import ensure_readable
 from toren.errors import ApprovalWaitError, UndecodablePayloadError
 
-__all__ = ["approve", "decide", "deny", "pending", "wait_for_approval"]
+__all__ = ["approve", "decide", "deny", "wait_for_approval"]
 
 
 async def decide(
@@ -79,15 +79,6 @@ async def deny(
 ) -> Decision:
     """Deny a waiting call; the model sees `denied by <by>: <comment>`."""
     return await decide(client, run_id, call_id, False, by=by, comment=comment)
-
-
-async def pending(client: Client, run_id: str) -> list[PendingApproval]:
-    """The run's calls waiting for a decision."""
-    handle = client.get_workflow_handle(run_id)
-    calls: list[PendingApproval] = await handle.query(
-        "pending_approvals", result_type=list[PendingApproval]
-    )
-    return calls
 
 
 async def wait_for_approval(

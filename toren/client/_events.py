@@ -14,7 +14,8 @@ LlmCallFailed (one per failed attempt, from the records `toren.agent._attempts` 
 ToolCallStarted (for a local tool call, dated when it started, not when its marker was written;
 for a tool the model's provider ran, with `provider`, right after the LlmCallCompleted whose
 reply carried it), ToolCallCompleted (with attachments by name and id), ToolCallFailed,
-ApprovalRequested, ApprovalResolved, SignalRefused, and what tools did through their context:
+ApprovalRequested, ApprovalResolved, SignalRefused, QuestionAsked and QuestionAnswered (a
+person asked by `ask_human` or `ctx.ask`), and what tools did through their context:
 ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; EvalAnswered in an eval run
 (how it answered a call: from the record, diverged, would ask a person); then Receipt (model calls,
 failed attempts, tokens, cost) and RunCompleted or RunFailed (also RunTimedOut, RunCanceled,
@@ -47,6 +48,7 @@ from toren.agent._context_plan import COMPACT_ACTIVITY
 from toren.agent._sdk_private import transform_inbound_payload
 from toren.client._render_approvals import ApprovalEvents
 from toren.client._render_core import Event, failure_text, tool_of
+from toren.client._render_questions import QuestionEvents
 from toren.client._render_run import MODEL_ACTIVITY, RunEvents
 from toren.client._render_threads import ThreadEvents
 from toren.client._render_tools import ToolEvents
@@ -100,7 +102,7 @@ async def read_through(events: Iterable[HistoryEvent], converter: DataConverter)
                 continue
 
 
-class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
+class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents, QuestionEvents):
     """Reads a history in order and hands each event to the family it belongs to."""
 
     def handle(self, event: HistoryEvent) -> None:
@@ -146,6 +148,8 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
                 outcome = self._first(update.outcome.success)
                 if isinstance(outcome, dict) and "approved" in outcome:
                     self._resolved(event, outcome)
+                elif isinstance(outcome, dict) and "question_id" in outcome:
+                    self._question_answered(event, outcome, "update")
                 elif isinstance(outcome, dict) and "message_id" in outcome:
                     self._answered(event, outcome)
             elif update.outcome.HasField("failure"):
@@ -204,8 +208,11 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
         tool = tool_of(info["name"])
         if info["name"] == MODEL_ACTIVITY:
             self._model_completed(event, info, result)
+            self._asks_in_reply(event, result)
         elif info["name"] == COMPACT_ACTIVITY:  # a summary is a paid model call
             self._count(result.get("usage") or {}, result.get("earlier_usage") or {})
+        elif tool is not None and isinstance(result.get("ask"), dict):  # stopped at `ctx.ask`
+            self._asked_by_handler(event, tool, info, result)
         elif tool is not None:
             self._tool_completed(event, tool, info, result)
 
@@ -223,6 +230,8 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents):
             return  # live output (`toren.worker._live`), not an event of the run
         if name in THREAD_SIGNALS and self.thread:
             self._thread_signal(event, name, values, identity)
+        elif name == "answer":
+            self._answer_signal(event, values, identity)
         else:
             self._approval_signal(event, name, values, identity)
 

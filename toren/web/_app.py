@@ -103,6 +103,7 @@ def create_app(
             ("", api.status, "GET"),
             ("/pending", api.pending, "GET"),
             ("/decisions", api.decide, "POST"),
+            ("/answers", api.answer, "POST"),
             ("/events", api.events, "GET"),
             ("/stream", api.stream, "GET"),
         ):

@@ -11,10 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
+from toren.agent._question_types import Answer as RecordedAnswer
+from toren.agent._question_types import PendingQuestion
 from toren.agent._types import Decision, PendingApproval
 
 __all__ = [
     "Answer",
+    "AnswerOut",
+    "AnswerQuestion",
     "Decide",
     "DecisionOut",
     "Error",
@@ -23,6 +27,7 @@ __all__ = [
     "InboxList",
     "MessageList",
     "PendingList",
+    "QuestionEntry",
     "Queued",
     "RunStarted",
     "RunStatus",
@@ -129,6 +134,8 @@ class RunStatus(BaseModel):
     """running, completed, failed, canceled, terminated, continued_as_new or timed_out."""
     result: Any = None
     """The result, once completed."""
+    pending_questions: list[PendingQuestion] = Field(default_factory=list)
+    """Questions it waits on a person to answer (`ask_human`, `ctx.ask`), while running."""
 
 
 class PendingList(BaseModel):
@@ -150,6 +157,8 @@ class InboxList(BaseModel):
     """Every waiting call this token may see, oldest first."""
 
     inbox: list[InboxEntry]
+    questions: list[QuestionEntry] = Field(default_factory=list)
+    """Every waiting question this token may see, oldest first."""
 
 
 class DecisionOut(RootModel[Decision]):
@@ -183,3 +192,33 @@ class Queued(BaseModel):
 
     message_id: str
     status: str
+
+
+# -- questions for a person (`ask_human`, `ctx.ask`) -------------------------------------------
+
+
+class AnswerQuestion(_Request):
+    """`POST /v1/runs/{id}/answers`: answer a question the run asks."""
+
+    question_id: str = Field(min_length=1, max_length=300)
+    """The waiting question (from the run's `pending_questions`)."""
+    text: str = Field(min_length=1, max_length=10_000)
+    """The answer (one of the question's `choices`, when it has any)."""
+    by: str | None = Field(default=None, min_length=1, max_length=200)
+    """Who answers (default `web`)."""
+
+
+class AnswerOut(RootModel[RecordedAnswer]):
+    """The answer as the run recorded it."""
+
+
+class QuestionEntry(BaseModel):
+    """A waiting question somewhere in the namespace."""
+
+    run_id: str
+    agent: str
+    age_s: float
+    question: PendingQuestion
+
+
+InboxList.model_rebuild()  # its `questions` names `QuestionEntry`, defined above

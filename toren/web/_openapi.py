@@ -11,10 +11,12 @@ from toren.web import _models as m
 
 __all__ = ["openapi"]
 
-_REQUESTS: tuple[type[BaseModel], ...] = (m.StartRun, m.StartThread, m.SendMessage, m.Decide)
+_REQUESTS: tuple[type[BaseModel], ...] = (
+    m.StartRun, m.StartThread, m.SendMessage, m.Decide, m.AnswerQuestion,
+)  # fmt: skip
 _RESPONSES: tuple[type[BaseModel], ...] = (
     m.Error, m.RunStarted, m.ThreadStarted, m.RunStatus, m.PendingList, m.InboxList,
-    m.DecisionOut, m.EventList, m.MessageList, m.Answer, m.Queued,
+    m.DecisionOut, m.EventList, m.MessageList, m.Answer, m.Queued, m.AnswerOut,
 )  # fmt: skip
 _ERRORS = {
     "400": "a malformed request (the field is named)",
@@ -132,6 +134,15 @@ def _workflow_paths(prefix: str, what: str) -> dict[str, Any]:
                 "approve or deny a waiting call (the `decide` update)",
                 {"200": _json(m.DecisionOut, "the recorded decision")},
                 request=m.Decide,
+                params=[_ID],
+                errors=_BODY_ERRORS,
+            )
+        },
+        f"{prefix}/{{id}}/answers": {
+            "post": _op(
+                "answer a question the run asks a person (the `answer` update)",
+                {"200": _json(m.AnswerOut, "the recorded answer")},
+                request=m.AnswerQuestion,
                 params=[_ID],
                 errors=_BODY_ERRORS,
             )

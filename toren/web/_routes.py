@@ -17,6 +17,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from toren import client as toren_client
+from toren.agent._question_types import PendingQuestion
+from toren.errors import UndecodablePayloadError
 from toren.web import _models as m
 from toren.web._access import Target, decider, target
 from toren.web._auth import Access
@@ -153,6 +155,7 @@ class Handlers:
                 workflow_type=found.workflow_type,
                 status=status.name.lower(),
                 result=result,
+                pending_questions=await self._questions(found.id, status),
             )
         )
 
@@ -239,7 +242,14 @@ class Handlers:
             for i in items
             if access.allows(i.agent)
         ]
-        return _out(m.InboxList(inbox=entries))
+        questions = [
+            m.QuestionEntry(
+                run_id=i.run_id, agent=i.agent, age_s=i.age.total_seconds(), question=i.question
+            )
+            for i in await toren_client.question_inbox(client, agent=agent)
+            if access.allows(i.agent)
+        ]
+        return _out(m.InboxList(inbox=entries, questions=questions))
 
     async def events(self, request: Request, thread_only: bool = False) -> Response:
         """`GET /v1/runs/{id}/events`: the event log, derived from the history."""
@@ -260,3 +270,29 @@ class Handlers:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    # -- questions for a person (`ask_human`, `ctx.ask`) ----------------------------------------
+
+    async def answer(self, request: Request, thread_only: bool = False) -> Response:
+        """`POST /v1/runs/{id}/answers`: through the run's `answer` update."""
+        req = await body(request, m.AnswerQuestion)
+        found = await self._target(request, thread_only=thread_only)
+        if found.status not in (None, WorkflowExecutionStatus.RUNNING):
+            raise WebError(409, f"{found.id!r} has closed: no question waits any more", field="id")
+        recorded = await toren_client.answer(
+            await self._client(), found.id, req.question_id, req.text, by=req.by or "web"
+        )
+        return _out(m.AnswerOut(recorded))
+
+    async def _questions(
+        self, run_id: str, status: WorkflowExecutionStatus
+    ) -> list[PendingQuestion]:
+        """A running run's waiting questions; none from a run no worker answers for now."""
+        if status != WorkflowExecutionStatus.RUNNING:
+            return []
+        try:
+            return await toren_client.pending_questions(await self._client(), run_id, timeout=5)
+        except UndecodablePayloadError:
+            raise
+        except Exception:  # no worker polls, or one of a release that asks no questions
+            return []

@@ -279,7 +279,8 @@ class AgentRun(RunHandlers):
         return self._input.continued_with(carried)
 
     def _sync_status(self, final: str | None = None) -> None:
-        self._status.sync(self._run.spec, len(self._approvals.pending), final)
+        waiting = len(self._approvals.pending) + self._questions_waiting()
+        self._status.sync(self._run.spec, waiting, final)
 
     async def _with_wall_clock(self, deadline: datetime) -> RunResult:
         minutes = self._spec.max_wall_clock_min or 0

@@ -44,7 +44,7 @@ DECIDE_HELP = (
 )
 
 
-SIGNALS = ("approve", "deny")
+SIGNALS = ("approve", "deny", "answer")
 """The signals a run takes; any other name is refused and recorded."""
 DECIDE_EXAMPLE = (
     '{"call_id": "<id>", "approve": true, "by": "<your name>", "comment": "<optional>"}'
@@ -76,6 +76,13 @@ class Approvals:
         self._schema_of = schema_of
         self.pending: dict[str, PendingApproval] = {}
         self.decisions: dict[str, Decision] = {}
+        self.extra_details: Callable[[], str] = lambda: ""
+        """More Markdown under the approvals' (the run's questions: `_questions`)."""
+
+    def changed(self) -> None:
+        """Something else waiting for a person changed: refresh the details and the inbox."""
+        self.publish()
+        self._on_change()
 
     # -- the workflow's side ---------------------------------------------------------------
 
@@ -257,6 +264,7 @@ class Approvals:
                     "for an immediate answer. Press **R** here to refresh after sending."
                 )
             text = "\n\n".join(parts)
+        text += f"\n\n{self.extra_details()}" if self.extra_details() else ""
         if self._refused():
             last = self._refused()[-1]
             text += f"\n\n_Last refused signal ({last['signal']}): {last['reason']}_"

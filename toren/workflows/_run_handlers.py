@@ -16,9 +16,10 @@ from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from toren.agent._transcript import page_of
-    from toren.agent._types import Decision, PendingApproval, RunState
+    from toren.agent._types import Answer, Decision, PendingApproval, PendingQuestion, RunState
     from toren.workflows import _approvals as approvals
-    from toren.workflows._tool_calls import flow_id
+    from toren.workflows._questions import ANSWER_HELP, Questions
+    from toren.workflows._tool_calls import ToolCalls, flow_id
 
 __all__ = ["RunHandlers"]
 
@@ -31,6 +32,7 @@ class RunHandlers:
     _run: RunState
     _approvals: approvals.Approvals
     _executing: bool
+    _calls: ToolCalls
 
     def _tool_schema(self, tool: str) -> dict[str, Any] | None:
         """A tool's recorded input schema (what an edited call's arguments must fit)."""
@@ -134,3 +136,41 @@ class RunHandlers:
             "usage": dict(self._run.usage),
             "pending": len(self._approvals.pending),
         }
+
+    # -- questions for a person (`toren.workflows._questions`) -------------------------------
+
+    def _questions(self) -> Questions:
+        """The questions of the execution under way (none yet: nothing waits)."""
+        calls = getattr(self, "_calls", None)
+        return (
+            calls.questions
+            if calls is not None
+            else Questions(self._run, self._approvals, _no_publish)
+        )
+
+    def _questions_waiting(self) -> int:
+        calls = getattr(self, "_calls", None)
+        return len(calls.questions.pending) if calls is not None else 0
+
+    @workflow.signal(name="answer", description=ANSWER_HELP)
+    def answer(self, *payload: Any) -> None:
+        """Answer a waiting question: `{"question_id": ..., "text": ..., "by": ...}`."""
+        self._questions().on_signal(payload)
+
+    @workflow.update(name="answer", description=ANSWER_HELP + " Returns the recorded answer.")
+    def answer_update(self, *request: Any) -> Answer:
+        """Answer a waiting question and get the recorded answer back."""
+        return self._questions().on_update(request)
+
+    @answer_update.validator
+    def _validate_answer(self, *request: Any) -> None:
+        self._questions().validate_update(request)
+
+    @workflow.query(description="Questions waiting for a person's answer.")
+    def pending_questions(self) -> list[PendingQuestion]:
+        """The questions waiting for a person."""
+        return self._questions().pending_list()
+
+
+def _no_publish(type_: str, fields: dict[str, Any]) -> None:
+    """Nothing is published before an execution starts."""

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._eval_calls import EvalRecord
     from toren.workflows._gate import Gate
+    from toren.workflows._questions import Questions
 
 __all__ = ["CallOutcome", "Publish", "ToolCalls", "flow_id"]
 
@@ -83,6 +84,9 @@ class ToolCalls:
         self._background = background
         self._workspace_lock = asyncio.Lock()
         self._gate = Gate(run, approvals, self._publish)
+        self.questions = Questions(run, approvals, self._publish)
+        """Questions the calls ask a person (`ask_human`, `ctx.ask`)."""
+        approvals.extra_details = self.questions.details
 
     @property
     def _spec(self) -> AgentSpec:
@@ -156,6 +160,8 @@ class ToolCalls:
                 return made_here(f"denied by {decision.by}{comment}")
             args = decision.args if decision.args is not None else args
 
+        if tool.native == "ask_human":
+            return made_here(*await self.questions.ask_human(tool, call_id, args))
         if tool.native:
             text, failed = await self._background.run_native(tool, use_id, args)
             return made_here(text, failed)
@@ -183,7 +189,8 @@ class ToolCalls:
         gate = await self._gate.check(tool, call_id, args)
         if gate.error is not None:
             return made_here(f"invalid arguments for {tool.name}: {gate.error}")
-        runs_here = tool.effects in ("none", "sandbox")
+        # `ask_human` asks a person: answered from the record, like an `external` call.
+        runs_here = tool.effects in ("none", "sandbox") and tool.native != "ask_human"
         decided = gate.gated
         if gate.gated:
             decision = recorded.decision if recorded is not None else None
@@ -225,7 +232,9 @@ class ToolCalls:
             self._run.workspace = result.workspace
         return result
 
-    async def _activity(self, tool: ToolSpec, use_id: str, args: dict[str, Any]) -> ToolCallResult:
+    async def _activity(
+        self, tool: ToolSpec, use_id: str, args: dict[str, Any], answers: list[Any] | None = None
+    ) -> ToolCallResult:
         spec = self._spec
         info = workflow.info()
         max_attempts = tool.max_attempts or spec.max_attempts or DEFAULT_TOOL_ATTEMPTS
@@ -249,6 +258,7 @@ class ToolCalls:
             # `step` and 0 (a thread's executions are named).
             execution=None if (flow, start) == (info.workflow_id, 0) else execution,
             workspace=self._run.workspace,
+            answers=answers,
         )
         retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts)
         activity_type = f"{spec.name}.{tool.name}"
@@ -275,6 +285,11 @@ class ToolCalls:
                     retry_policy=retry,
                     summary=_summary(tool.name, args),
                 )
+            if result.ask is not None:  # the handler asks a person (`ctx.ask`), then runs again
+                return await self.questions.answered(
+                    tool, use_id, result, answers or [],
+                    lambda more: self._activity(tool, use_id, args, more),
+                )  # fmt: skip
             return result
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):

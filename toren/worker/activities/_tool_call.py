@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from toren.agent._asking import AskPending, current_answers
 from toren.agent._code_run import CodeRequest, CodeRun
 from toren.agent._config import SandboxConfig
 from toren.agent._context import ExecutionState, ToolContext, ToolResult
@@ -273,7 +274,14 @@ async def _run_tool_call(
         kinds = {**(input.env or {}), **ctx.changes.env}
         return _redactor(loaded, {**thread_env, **new}, kinds).value(value)
 
-    result = await _call(tool, input.args, ctx, redact)
+    current_answers.set([dict(a) for a in input.answers or []])
+    try:
+        result = await _call(tool, input.args, ctx, redact)
+    except AskPending as asked:
+        # The handler stops to ask a person (`ctx.ask`): nothing it did so far is kept; the
+        # run asks, then runs this call again with the answer.
+        await hooks.finish_workspace(ctx.run_id, writes=False)
+        return ToolCallResult("", ask=redactor.value(asked.request))
     version = await hooks.finish_workspace(ctx.run_id, writes=tool.effects != "none")
     if hooks.workspace_error:
         result = ToolResult(
@@ -344,7 +352,7 @@ async def _call(
         return ToolResult(
             status="error", error=f"invalid arguments for {tool.name}: {validation_text(err)}"
         )
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, AskPending):
         raise
     except Exception as err:
         if isinstance(err, ApplicationError) and not err.non_retryable:

@@ -27,6 +27,7 @@ BUILTINS: dict[str, tuple[str, list[str]]] = {
     "read_attachment": ("toren.worker.tools._read_attachment", []),
     "run_process": ("toren.worker.tools._processes", []),
     "check_run": ("toren.worker.tools._processes", []),
+    "ask_human": ("toren.worker.tools._ask_human", []),
 }
 """Built-in name → (module with `tool` or `tools(config, name)`, env names it requires)."""
 
