@@ -21,7 +21,7 @@ from toren.client._readable import check_readable
 from toren.web._auth import Access
 from toren.web._errors import WebError
 
-__all__ = ["Target", "decider", "target"]
+__all__ = ["Target", "decider", "speaker", "target"]
 
 WORKFLOW_TYPES = ("AgentRun", "AgentThread")
 MAX_ID = 1000
@@ -96,13 +96,7 @@ async def decider(client: Client, access: Access, run_id: str, request: Any) -> 
         WebError: 403, saying which name the token has or how to give it one.
     """
     if access.identity is not None:
-        if request.by is not None and request.by != access.identity:
-            raise WebError(
-                403,
-                f"this token decides as {access.identity!r}; leave out by or send that name",
-                field="by",
-            )
-        return access.identity
+        return speaker(access, request.by)
     if not access.open:
         for call in await toren_client.pending(client, run_id):
             if call.call_id == request.call_id and call.approvers is not None:
@@ -113,3 +107,20 @@ async def decider(client: Client, access: Access, run_id: str, request: Any) -> 
                     field="by",
                 )
     return str(request.by or "web")
+
+
+def speaker(access: Access, by: str | None) -> str:
+    """Who a request speaks as: a named token's name (refusing another `by`), else `by`/`web`.
+
+    Raises:
+        WebError: 403, a named token's request names someone else.
+    """
+    if access.identity is None:
+        return by or "web"
+    if by is not None and by != access.identity:
+        raise WebError(
+            403,
+            f"this token decides as {access.identity!r}; leave out by or send that name",
+            field="by",
+        )
+    return access.identity

@@ -20,7 +20,7 @@ from toren import client as toren_client
 from toren.agent._question_types import PendingQuestion
 from toren.errors import UndecodablePayloadError
 from toren.web import _models as m
-from toren.web._access import Target, decider, target
+from toren.web._access import Target, decider, speaker, target
 from toren.web._auth import Access
 from toren.web._errors import WebError
 from toren.web._sse import check_stream, sse_events, start_offset
@@ -280,7 +280,11 @@ class Handlers:
         if found.status not in (None, WorkflowExecutionStatus.RUNNING):
             raise WebError(409, f"{found.id!r} has closed: no question waits any more", field="id")
         recorded = await toren_client.answer(
-            await self._client(), found.id, req.question_id, req.text, by=req.by or "web"
+            await self._client(),
+            found.id,
+            req.question_id,
+            req.text,
+            by=speaker(request.state.access, req.by),
         )
         return _out(m.AnswerOut(recorded))
 
