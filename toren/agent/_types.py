@@ -128,6 +128,9 @@ class RunResult:
     """Summed token usage: `input_tokens`, `output_tokens` (child runs' included)."""
     cost_usd: float | None = None
     """What the model calls cost, when the model's price is known."""
+    output: Any = None
+    """The final answer parsed and validated against agent.yaml `output:` (None without one);
+    `text` keeps the raw JSON text."""
 
 
 @dataclass
@@ -200,6 +203,9 @@ class RunState:
     numbered on from the source's, and its step budget counts from `step`."""
     eval: dict[str, Any] | None = None
     """An eval run's record (`RunInput.eval`) and `position`, how far its calls got in it."""
+    output_retries: int = 0
+    """Final answers of the current execution refused for not matching `output:` so far
+    (`toren.workflows._output`)."""
 
 
 @omit_defaults

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._model_step import call_model
     from toren.workflows._origin import provenance, start_fork, steps_before
+    from toren.workflows._output import final_result, output_item
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
@@ -154,10 +155,8 @@ class AgentRun(RunHandlers):
             # The usage travels with the failure: a parent run counts a failed child's too.
             raise RunError(err.message, err.kind, self._budget.receipt()) from None
         self._sync_status("completed")
-        self.publish(
-            "run_completed",
-            {"text": result.text, "steps": result.steps, "tool_calls": result.tool_calls},
-        )
+        done = {"text": result.text, "steps": result.steps, "tool_calls": result.tool_calls}
+        self.publish("run_completed", {**done, **output_item(result)})
         await self._close_stream()
         return result
 
@@ -313,13 +312,10 @@ class AgentRun(RunHandlers):
             )
             calls = reply.message.get("tool_calls") or []
             if not calls:
-                return RunResult(
-                    text=str(reply.message.get("content") or ""),
-                    steps=run.step,
-                    tool_calls=run.tool_calls,
-                    usage=dict(run.usage),
-                    cost_usd=round(run.cost_usd, 6) if spec.prices else None,
-                )
+                result = final_result(spec, run, self._transcript, reply.message)
+                if result is None:
+                    continue  # it did not match `output:` and went back to the model
+                return result
             cut = reply.finish_reason == CUT_AT_MAX_TOKENS
             # The transcript has its message; the rest of it need not stay while a call waits.
             del reply
