@@ -62,7 +62,9 @@ def output_mode_checked(mode: str, data: dict[str, Any], partial: bool) -> str:
     """
     if partial or mode == "auto":
         return mode
-    if data.get("output") is None and data.get("output_model") is None:
+    # A key that failed its own check is absent from `data` (and already reported).
+    given = [data[k] for k in ("output", "output_model") if k in data]
+    if len(given) == 2 and given == [None, None]:
         raise ValueError(f"{mode!r} needs output: or output_model: to ask for; add one")
     provider = str(data.get("model", "")).partition("/")[0]
     if mode == "native" and provider == "anthropic":
