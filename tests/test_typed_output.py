@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from tests.conftest import fetch_history, result_of
+from tests.test_streaming import collect
 from toren import client as toren_client
 from toren.agent._schema import validate_args
 from toren.client._events import render
@@ -252,6 +253,9 @@ async def test_a_valid_answer_is_the_typed_output_for_every_client(
             )
         )
         assert raw["output"] == GOOD
+        # The live stream's last item says it too (read after the end: a worker answers).
+        items, _ = await collect(client, f"{name}-plain")
+        assert items[-1].type == "run_completed" and items[-1].data["output"] == GOOD
         out = await asyncio.to_thread(
             subprocess.run,
             [temporal_cli(), "workflow", "execute", "--address", dev_server.address,
