@@ -376,3 +376,16 @@ async def test_toren_check_shows_the_schema_and_toren_run_prints_the_output(
     assert out.returncode == 0, out.stdout + out.stderr
     printed = out.stdout[out.stdout.index("RunCompleted") :].split("\n", 1)[1]
     assert printed.startswith('{\n  "verdict": "refund",\n  "items": [')
+
+
+def test_an_agent_without_output_keeps_its_digest() -> None:
+    from dataclasses import replace
+
+    from toren.agent._spec import AgentSpec
+    from toren.worker._digest import spec_digest
+
+    spec = AgentSpec(name="a", model="mock/echo", tools=[])
+    # What toren before typed outputs computed for this spec: upgrading renames no agent.
+    assert spec_digest(spec, "files") == "sha256:8140ef956dbfab48"
+    typed = replace(spec, output_schema=ORDER, output_name="output")
+    assert spec_digest(typed, "files") != spec_digest(spec, "files")

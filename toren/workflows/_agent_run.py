@@ -5,9 +5,10 @@ until a final answer or a budget ends the run. Everything the run carries is one
 (`self._run`); continue-as-new passes it whole. The rooms beside this one: `_model_step` (one
 model call), `_tool_calls` (one tool call under its contract), `_approvals` (pending calls,
 decisions, refused signals), `_run_handlers` (the signals, update and queries this class
-inherits), `_background` (child runs), `_status` (the inbox's search attributes). Everything
-that can differ between executions runs in an activity; this package imports no user code, no
-HTTP client and no model SDK (a test holds it to that).
+inherits), `_background` (child runs), `_status` (the inbox's search attributes), `_output`
+(the final answer, checked against a typed `output:`). Everything that can differ between
+executions runs in an activity; this package imports no user code, no HTTP client and no model
+SDK (a test holds it to that).
 """
 
 from __future__ import annotations
