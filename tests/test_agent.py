@@ -210,7 +210,8 @@ def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None
             f"{yaml_file}: unknown key 'processes.p.taskqueue'; did you mean 'task_queue'?",
             f"{yaml_file}: unknown key 'colour' (known: builtin_tools, context, description, "
             "env, heartbeatTimeoutS, instructions, limits, maxTokens, mcp_servers, model, "
-            "modelRetry, modelSettings, name, processes, sandbox, stream, task_queue)",
+            "modelRetry, modelSettings, name, output, output_mode, output_model, processes, "
+            "sandbox, stream, task_queue)",
         ]
     )
 

@@ -45,6 +45,7 @@ from toren.agent._config_blocks import (
 )
 from toren.agent._context_config import ContextConfig
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
+from toren.agent._output_config import output_mode_checked, output_schema_checked
 from toren.agent._problems import also_report, describe, problems_at
 from toren.agent._spec import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
@@ -280,6 +281,33 @@ class AgentConfig(Strict):
                 continue
             problems += [f"{name}: {p}" for p in _undeclared(env, env_names(server))]
         return also_report(lambda: handler(value), None, problems, value)
+
+    # Typed final output (`toren.agent._output_config`): `output` before `output_model` and
+    # `output_mode`, whose checks read it.
+    output: dict[str, Any] | None = None
+    """A JSON Schema the final answer must match (`RunResult.output` holds it parsed)."""
+    output_model: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """`module:Class`: a pydantic model in the agent folder whose schema is the output's."""
+    output_mode: Literal["auto", "native", "tool", "prompted"] = "auto"
+    """How the model is asked for it: `auto` (by provider), `native` (`response_format`),
+    `tool` (a `final_output` tool), `prompted` (an instruction with the schema)."""
+
+    @field_validator("output")
+    @classmethod
+    def _output_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        return output_schema_checked(schema)
+
+    @field_validator("output_model")
+    @classmethod
+    def _one_output(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("output") is not None and not _partial(info):
+            raise ValueError("give either output: or output_model:, not both")
+        return value
+
+    @field_validator("output_mode")
+    @classmethod
+    def _mode_fits(cls, mode: str, info: ValidationInfo) -> str:
+        return output_mode_checked(mode, info.data, _partial(info))
 
 
 class ConfigRead(NamedTuple):

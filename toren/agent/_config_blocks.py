@@ -118,6 +118,9 @@ class Limits(Strict):
     )
     """Longest tool result (UTF-8 bytes) the model is shown in each prompt: a longer one is
     cut to its head and tail with a note. History (or the store) keeps the result whole."""
+    max_output_retries: int = Field(2, alias="maxOutputRetries", ge=0, le=20)
+    """Times a final answer that does not match `output:` goes back to the model with the
+    validation errors before the run fails with `InvalidOutput` (typed outputs only)."""
 
 
 class ModelSettings(Strict):

@@ -132,10 +132,11 @@ def _walk(
             _walk(sub, defs, path, depth, problems, seen)
 
 
-def validate_args(schema: dict[str, Any], args: Any) -> str | None:
+def validate_args(schema: dict[str, Any], args: Any, *, indexed: bool = False) -> str | None:
     """Validate `args` against `schema`; return a short message, or `None` when valid.
 
-    Pure and deterministic, so the workflow calls it directly.
+    Pure and deterministic, so the workflow calls it directly. Each error names where it is:
+    `items.0.qty`, or with `indexed` `items[0].qty` (how a typed output's errors read).
     """
     validator = _validator_for()(schema)(schema)
     errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
@@ -143,12 +144,20 @@ def validate_args(schema: dict[str, Any], args: Any) -> str | None:
         return None
     parts = []
     for err in errors[:5]:
-        where = ".".join(str(p) for p in err.absolute_path)
+        where = _indexed(err.absolute_path) if indexed else ".".join(map(str, err.absolute_path))
         message = _unknown_keys(err) or err.message
         parts.append(f"{where}: {message}" if where else message)
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     text = "; ".join(parts) + more
     return text if len(text) <= 2000 else text[:2000] + "…"
+
+
+def _indexed(path: Any) -> str:
+    """`items[0].qty` for the path `items`, 0, `qty`."""
+    where = ""
+    for part in path:
+        where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
+    return where
 
 
 @functools.cache

@@ -137,6 +137,13 @@ class AgentSpec:
     """`sha256:...` naming the agent's definition as this worker loaded it: this spec, the
     instructions and every file of the folder (`toren.worker._digest`); empty from a worker
     before toren 0.2."""
+    # Typed final output (`toren.workflows._output`).
+    output_schema: dict[str, Any] | None = None
+    """agent.yaml `output:` (or `output_model:`'s schema): the final answer must match it."""
+    output_name: str = ""
+    """The output's name for a provider's schema (the model class's, or `output`)."""
+    max_output_retries: int = 2
+    """`limits.maxOutputRetries`: invalid final answers sent back before `InvalidOutput`."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.

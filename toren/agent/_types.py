@@ -131,6 +131,9 @@ class RunResult:
     """Summed token usage: `input_tokens`, `output_tokens` (child runs' included)."""
     cost_usd: float | None = None
     """What the model calls cost, when the model's price is known."""
+    output: Any = None
+    """The final answer parsed and validated against agent.yaml `output:` (None without one);
+    `text` keeps the raw JSON text."""
 
 
 @dataclass
@@ -206,6 +209,9 @@ class RunState:
     grants: list[dict[str, Any]] = field(default_factory=list)
     """Remembered approvals (`approvals.rules` with `remember`): `{"rule", "scope", "execution",
     "by", "call_id"}`; a later call its rule matches goes through without waiting."""
+    output_retries: int = 0
+    """Final answers of the current execution refused for not matching `output:` so far
+    (`toren.workflows._output`)."""
 
 
 @omit_defaults

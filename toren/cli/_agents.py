@@ -152,6 +152,10 @@ async def cmd_check(args: argparse.Namespace) -> int:
             if args.schemas:
                 schema = json.dumps(tool.schema, indent=2).replace("\n", "\n    ")
                 print(f"    {schema}")
+        if agent.output_schema is not None:  # typed final output
+            mode, retries = agent.config.output_mode, limits.max_output_retries
+            print(f"  output {agent.output_name}: output_mode={mode} maxOutputRetries={retries}")
+            print("    " + json.dumps(agent.output_schema, indent=2).replace("\n", "\n    "))
         for name, server in agent.config.mcp_servers.items():
             defaulted += await _check_mcp(agent.folder, name, server, limits.max_attempts_per_task)
         if defaulted:

@@ -285,6 +285,8 @@ async def _print_chain(
         async for history_event in handle.fetch_history_events(wait_new_event=True):
             for event in await stream.feed(history_event):
                 show(json.dumps(event) if as_json else format_event(event))
+                if event["type"] == "RunCompleted" and "output" in event and not as_json:
+                    show(json.dumps(event["output"], indent=2, ensure_ascii=False))  # typed
                 if printer is not None and event["type"] in ("RunCompleted", *_UNSUCCESSFUL):
                     printer.closed = True  # the run's end is the last line
                 if event["type"] == "ApprovalRequested" and show_help and not as_json:

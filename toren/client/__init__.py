@@ -50,6 +50,7 @@ from toren.client._eval_report import table as eval_table
 from toren.client._fork import copy_workspace, fork_point
 from toren.client._history import chain_of, events, first_run, histories, workspace_version
 from toren.client._inbox import InboxItem, QuestionItem, inbox, pending, question_inbox
+from toren.client._output import typed_output
 from toren.client._questions import answer, pending_questions
 from toren.client._replay import ReplayCheck, replay
 from toren.client._stream import LiveStream, StreamEvent, stream
@@ -241,9 +242,10 @@ async def fork_run(
 
 
 async def run_agent(client: Client, agent: str, prompt: str, **kwargs: Any) -> RunResult:
-    """Start a run and wait for its result (see `start_run` for the arguments)."""
+    """Start a run, wait for its result; `output_type=`: a pydantic class `output` is built as."""
+    output_type = kwargs.pop("output_type", None)  # the rest are `start_run`'s
     handle = await start_run(client, agent, prompt, **kwargs)
-    return await handle.result()
+    return typed_output(await handle.result(), output_type)
 
 
 async def eval_source(client: Client, run_id: str, agent: str | None = None) -> EvalSource:

@@ -16,7 +16,8 @@ for a tool the model's provider ran, with `provider`, right after the LlmCallCom
 reply carried it), ToolCallCompleted (with attachments by name and id), ToolCallFailed,
 ApprovalRequested, ApprovalResolved, SignalRefused, QuestionAsked and QuestionAnswered (a
 person asked by `ask_human` or `ctx.ask`), and what tools did through their context:
-ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; EvalAnswered in an eval run
+ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; OutputRejected (a final answer
+that did not match the agent's `output:` and went back to the model); EvalAnswered in an eval run
 (how it answered a call: from the record, diverged, would ask a person); then Receipt (model calls,
 failed attempts, tokens, cost) and RunCompleted or RunFailed (also RunTimedOut, RunCanceled,
 RunTerminated, RunContinuedAsNew);
@@ -53,6 +54,7 @@ from toren.client._render_run import MODEL_ACTIVITY, RunEvents
 from toren.client._render_threads import ThreadEvents
 from toren.client._render_tools import ToolEvents
 from toren.errors import CodecServerError
+from toren.workflows._output import OUTPUT_REJECTED
 from toren.workflows._thread_inbox import THREAD_SIGNALS
 
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
@@ -191,6 +193,9 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents, QuestionEve
             # only as this call's input.
             for item in body.get("tail", []):
                 message = item.get("message") if isinstance(item, dict) else None
+                if isinstance(message, dict) and isinstance(message.get(OUTPUT_REJECTED), dict):
+                    # A final answer the workflow sent back (`toren.workflows._output`).
+                    self.emit(event, "OutputRejected", **message[OUTPUT_REJECTED])
                 if isinstance(message, dict) and message.get("role") == "tool":
                     if self.inherited:  # a fork's: the transcript it starts from
                         self.inherited -= 1

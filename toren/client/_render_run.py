@@ -186,6 +186,7 @@ class RunEvents(RenderState):
                 "RunCompleted",
                 **pick(result, "text", "steps", "toolCalls=tool_calls", "usage"),
                 **({"costUSD": result["cost_usd"]} if result.get("cost_usd") is not None else {}),
+                **({"output": result["output"]} if result.get("output") is not None else {}),
             )
 
     # -- model calls ----------------------------------------------------------------------

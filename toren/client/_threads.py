@@ -33,6 +33,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from toren.agent._types import ThreadInput, ThreadResult
+from toren.client._output import typed_outcome
 from toren.client._readable import ensure_readable
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import RunError, UndecodablePayloadError, UsageError
@@ -105,8 +106,12 @@ async def send_message(
     attachments: list[str] | None = None,
     message_id: str | None = None,
     wait: bool = True,
+    output_type: type[Any] | None = None,
 ) -> dict[str, Any]:
     """Send a message and return its execution's outcome (`text`, `steps`, `usage`, ...).
+
+    An agent with a typed output (`output:`) adds `output`, the parsed answer: an instance of
+    `output_type` when given (a pydantic model class, `toren.client._output`).
 
     `message_id` makes a retry safe: a message id the thread has seen is not run twice (the
     same id is the update id). With `wait=False` the message is queued by signal and this
@@ -129,7 +134,7 @@ async def send_message(
     outcome = await _update(handle, "send_message", request, message_id)
     for _ in range(MAX_CONTINUED):
         if not outcome.get("continued"):
-            return outcome
+            return typed_outcome(outcome, output_type)
         # The thread continued as new mid-execution: the latest run has the message.
         outcome = await _update(
             client.get_workflow_handle(thread_id), "wait_result", message_id, None

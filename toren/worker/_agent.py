@@ -38,6 +38,10 @@ class Agent:
     tools: dict[str, Tool] = field(default_factory=dict)
     context_strategy: Callable[[list[dict[str, Any]]], Any] | None = None
     """agent.yaml `context.strategy`: shapes the messages each model call sends."""
+    output_schema: dict[str, Any] | None = None
+    """The final answer's JSON Schema: agent.yaml `output:`, or `output_model:`'s."""
+    output_name: str = ""
+    """Its name for the provider: the model class's, or `output`."""
 
     @property
     def name(self) -> str:
@@ -135,6 +139,7 @@ def load_agent(folder: str | Path) -> Agent:
                 )
     problems += _rule_problems(config, tools, path)
     strategy = _context_strategy(folder, config, path, problems)
+    output_schema, output_name = _output(folder, config, path, tools, problems)
     if problems:
         raise ConfigError(problems)
     return Agent(
@@ -143,7 +148,40 @@ def load_agent(folder: str | Path) -> Agent:
         instructions=instructions,
         tools=tools,
         context_strategy=strategy,
+        output_schema=output_schema,
+        output_name=output_name,
     )
+
+
+def _output(
+    folder: Path, config: AgentConfig, path: Path, tools: dict[str, Tool], problems: list[str]
+) -> tuple[dict[str, Any] | None, str]:
+    """The final answer's schema and name: `output:`, or `output_model:` imported from `folder`."""
+    from toren.agent._output_config import FINAL_OUTPUT_TOOL, model_output_schema
+
+    if (config.output or config.output_model) and FINAL_OUTPUT_TOOL in tools:
+        problems.append(
+            f"{path}: output: the tool name {FINAL_OUTPUT_TOOL!r} is how a model answers with "
+            f"a typed output; rename the tool in {tools[FINAL_OUTPUT_TOOL].source}"
+        )
+    if config.output is not None:
+        return config.output, "output"
+    if not config.output_model:
+        return None, ""
+    module_name, _, name = config.output_model.partition(":")
+    file = folder / (module_name.replace(".", "/") + ".py")
+    where = f"{path}: output_model: {config.output_model!r}"
+    if not file.is_file():
+        problems.append(f"{where}: no file {file.relative_to(folder)} in the agent folder")
+        return None, ""
+    try:
+        module = _import(file, f"toren_agents.{config.name}.{module_name}")
+        return model_output_schema(getattr(module, name, None))
+    except TypeError as err:
+        problems.append(f"{where}: {name!r} in {file.name} {err}")
+    except Exception as err:
+        problems.append(f"{where}: failed to import: {type(err).__name__}: {err}")
+    return None, ""
 
 
 def _context_strategy(

@@ -25,6 +25,9 @@ MAX_HASHED_BYTES = 16 * 1024 * 1024
 
 _NOT_DEFINITION = ("search_attributes", "digest")
 """Spec fields that are no part of the agent's definition."""
+_ADDED_LATER = {"output_schema": None, "output_name": "", "max_output_retries": 2}
+"""Spec fields added after digests existed, left out while at these defaults: an agent that
+does not use them keeps the digest it had (a toren upgrade alone is no new definition)."""
 
 
 def folder_hash(folder: Path) -> str:
@@ -47,6 +50,7 @@ def spec_digest(spec: AgentSpec, files: str) -> str:
         f.name: getattr(spec, f.name)
         for f in dataclasses.fields(spec)
         if f.name not in _NOT_DEFINITION
+        and not (f.name in _ADDED_LATER and getattr(spec, f.name) == _ADDED_LATER[f.name])
     }
     definition = json.dumps(
         fields, sort_keys=True, separators=(",", ":"), default=_plain, ensure_ascii=False

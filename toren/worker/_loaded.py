@@ -105,6 +105,9 @@ class LoadedAgent:
                 if limits.continue_as_new_after_mb
                 else None
             ),
+            output_schema=self.agent.output_schema,
+            output_name=self.agent.output_name,
+            max_output_retries=limits.max_output_retries,
         )
 
     def secrets(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:

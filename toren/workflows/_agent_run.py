@@ -5,9 +5,10 @@ until a final answer or a budget ends the run. Everything the run carries is one
 (`self._run`); continue-as-new passes it whole. The rooms beside this one: `_model_step` (one
 model call), `_tool_calls` (one tool call under its contract), `_approvals` (pending calls,
 decisions, refused signals), `_run_handlers` (the signals, update and queries this class
-inherits), `_background` (child runs), `_status` (the inbox's search attributes). Everything
-that can differ between executions runs in an activity; this package imports no user code, no
-HTTP client and no model SDK (a test holds it to that).
+inherits), `_background` (child runs), `_status` (the inbox's search attributes), `_output`
+(the final answer, checked against a typed `output:`). Everything that can differ between
+executions runs in an activity; this package imports no user code, no HTTP client and no model
+SDK (a test holds it to that).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._model_step import call_model
     from toren.workflows._origin import provenance, start_fork, steps_before
+    from toren.workflows._output import final_result, output_item
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
@@ -155,10 +157,8 @@ class AgentRun(RunHandlers):
             # The usage travels with the failure: a parent run counts a failed child's too.
             raise RunError(err.message, err.kind, self._budget.receipt()) from None
         self._sync_status("completed")
-        self.publish(
-            "run_completed",
-            {"text": result.text, "steps": result.steps, "tool_calls": result.tool_calls},
-        )
+        done = {"text": result.text, "steps": result.steps, "tool_calls": result.tool_calls}
+        self.publish("run_completed", {**done, **output_item(result)})
         await self._close_stream()
         return result
 
@@ -315,13 +315,10 @@ class AgentRun(RunHandlers):
             )
             calls = reply.message.get("tool_calls") or []
             if not calls:
-                return RunResult(
-                    text=str(reply.message.get("content") or ""),
-                    steps=run.step,
-                    tool_calls=run.tool_calls,
-                    usage=dict(run.usage),
-                    cost_usd=round(run.cost_usd, 6) if spec.prices else None,
-                )
+                result = final_result(spec, run, self._transcript, reply.message)
+                if result is None:
+                    continue  # it did not match `output:` and went back to the model
+                return result
             cut = reply.finish_reason == CUT_AT_MAX_TOKENS
             # The transcript has its message; the rest of it need not stay while a call waits.
             del reply

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._budget import Budget, fresh_spending
     from toren.workflows._input import one_raw_input, parse_thread_input
     from toren.workflows._origin import provenance
+    from toren.workflows._output import output_item
     from toren.workflows._race import unless
     from toren.workflows._thread_inbox import ThreadInbox
     from toren.workflows._tool_calls import ToolCalls
@@ -210,6 +211,7 @@ class AgentThread(ThreadInbox, AgentRun):
             run.events = []
             run.deadline = None
             run.spent = fresh_spending()  # budgets bound each message's execution
+            run.output_retries = 0
             run.execution_start = self._transcript.count
             thread.running = True
             said = {"role": "user", "content": message.content}
@@ -227,6 +229,7 @@ class AgentThread(ThreadInbox, AgentRun):
                 "status": "completed",
                 "text": result.text,
                 "steps": result.steps,
+                **output_item(result),
             }
         except RunError as err:
             outcome = {"status": "failed", "error": err.message, "kind": err.type or "RunError"}

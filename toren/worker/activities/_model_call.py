@@ -35,6 +35,7 @@ from toren.worker.activities._served import Served
 from toren.worker.activities._tool_call import run_key_of
 from toren.worker.activities._transcripts import read_transcript
 from toren.worker.models import ModelHTTPError, ModelReply, ModelRequest
+from toren.worker.models._output import ask_for_output
 
 __all__ = ["ModelCalls"]
 
@@ -70,6 +71,11 @@ class ModelCalls(Served):
             # One prompt-cache key per run or thread, across continue-as-new (its workflow id).
             cache_key=run_key.rpartition("/")[0] or run_key,
         )
+        agent = loaded.agent
+        request, answered = ask_for_output(
+            request, agent.output_schema, agent.output_name, agent.config.output_mode,
+            loaded.model.partition("/")[0],
+        )  # fmt: skip
         info = activity.info()
         # The failures of this call's earlier attempts, so history keeps every one (_attempts).
         earlier = carried(info.heartbeat_details)
@@ -90,7 +96,7 @@ class ModelCalls(Served):
                 if live is not None:
                     request.on_delta = live.delta
                     announce_retry(live, earlier)
-                reply = await self._complete(loaded, request, earlier, redactor)
+                reply = answered(await self._complete(loaded, request, earlier, redactor))
                 if live is not None:
                     live.calls_done()
                 if budgeted and reply.usage:

@@ -75,6 +75,11 @@ class ModelRequest:
     per piece of a tool call's arguments (`index` is the call's place in `ModelReply.tool_calls`;
     `id` and `name` are set on the first delta of a call, None after). It still returns the
     whole `ModelReply`; the text deltas joined are its `content`. `None`: no streaming."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema the final answer must match, for a provider that takes it natively
+    (OpenAI's `response_format`); `toren.worker.models._output` sets it, or asks another way."""
+    output_name: str = "output"
+    """The schema's name, where the provider wants one."""
 
 
 @dataclass

@@ -100,6 +100,16 @@ class OpenAIModel(HTTPModel):
                 }
                 for tool in request.tools
             ]
+        if request.output_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                # Not strict: OpenAI's strict mode refuses schemas with optional properties.
+                "json_schema": {
+                    "name": request.output_name,
+                    "schema": request.output_schema,
+                    "strict": False,
+                },
+            }
         caching = request.settings.get("prompt_caching")
         if caching or (caching is None and self.base_url == self.default_base_url):
             body["prompt_cache_key"] = request.cache_key or _cache_key(body)
