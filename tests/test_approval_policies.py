@@ -231,13 +231,16 @@ async def test_a_remembered_grant_lets_a_threads_later_small_refund_through(
         assert forged.status_code == 403 and "decides as 'carol'" in forged.json()["error"]
         unnamed = await decide("plain-token", by="bob")
         assert unnamed.status_code == 403 and "<name>@<token>" in unnamed.json()["error"]
-        approved = await decide("bob-token")
+        misfit = await decide("bob-token", args={"order": "A-1", "amount": "400"})
+        assert misfit.status_code == 409 and "amount" in misfit.json()["error"]
+        approved = await decide("bob-token", args={"order": "A-1", "amount": 400})
         assert approved.status_code == 200, approved.text
         assert approved.json()["by"] == "bob"
-        assert (await third)["text"].startswith("refunded 500")
+        assert approved.json()["args"] == {"order": "A-1", "amount": 400}
+        assert (await third)["text"].startswith("refunded 400")
         await toren_client.close_thread(client, thread.id, by="u1")
 
-    assert [r["amount"] for r in refunds(log)] == [150, 120, 500]
+    assert [r["amount"] for r in refunds(log)] == [150, 120, 400]
     events = render(await fetch_history(client, thread.id))
     resolved = of_type(events, "ApprovalResolved")
     assert [(e["callId"], e["by"], e["via"]) for e in resolved] == [

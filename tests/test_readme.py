@@ -121,6 +121,9 @@ async def test_python_snippet_runs(index: int, dev_server: DevServer, support_wo
     if "output_type=" in code:  # Typed outputs: tests/fixtures/refunds, fixed on its 2nd answer
         assert out.strip() == "refund 42.5 2", out
         return
+    if "args={**call.args" in code:  # Approving with changes: the person's amount ran
+        assert "'amount': 149.0" in out and "Done: refunded 80.00 on order A-1001" in out, out
+        return
     # The scripted mock refunds A-1001 once the call is approved, whatever the prompt said.
     assert "Done: refunded 149.00 on order A-1001" in out, out
     if "start_thread" in code:

@@ -230,8 +230,9 @@ class Approvals:
         ASCII only in toren's own words: one character beyond it makes Python store the whole
         text at two bytes a character, and the SDK keeps the text for as long as the run waits.
         """
+        extra = self.extra_details()
         if not self.pending:
-            text = "No tool call is waiting for approval."
+            text = "" if extra else "No tool call is waiting for approval."
         else:
             n = len(self.pending)
             parts = [f"## {n} tool call{'s' if n > 1 else ''} waiting for approval"]
@@ -264,7 +265,7 @@ class Approvals:
                     "for an immediate answer. Press **R** here to refresh after sending."
                 )
             text = "\n\n".join(parts)
-        text += f"\n\n{self.extra_details()}" if self.extra_details() else ""
+        text = f"{text}\n\n{extra}" if text and extra else text or extra
         if self._refused():
             last = self._refused()[-1]
             text += f"\n\n_Last refused signal ({last['signal']}): {last['reason']}_"
