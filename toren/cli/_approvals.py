@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from toren import client as toren_client
+from toren.agent._types import PendingApproval
 from toren.cli import _questions
 from toren.cli._common import connect, default_by
 from toren.cli._watch import toren_command
@@ -73,7 +74,10 @@ async def cmd_pending(args: argparse.Namespace) -> int:
     if not calls:
         print(f"no call of {args.run_id} is waiting for approval")
     for c in calls:
-        print(f"{c.call_id}  {c.tool}({json.dumps(c.args)})  since {c.requested_at}  [{c.reason}]")
+        print(
+            f"{c.call_id}  {c.tool}({json.dumps(c.args)})  since {c.requested_at}  [{c.reason}]"
+            + _policy(c)
+        )
     for line in await _questions.questions_inbox(client, args.run_id, None):  # ask_human, ctx.ask
         print(line)
     return 0
@@ -97,11 +101,22 @@ async def _inbox(client: Client, args: argparse.Namespace) -> int:
         print(f"no call is waiting for approval in namespace {client.namespace!r}")
     for i in items:
         age = _age(i.age.total_seconds())
-        print(f"{i.run_id}  {i.call.call_id}  {i.call.tool}({json.dumps(i.call.args)})  {age} ago")
+        print(
+            f"{i.run_id}  {i.call.call_id}  {i.call.tool}({json.dumps(i.call.args)})  {age} ago"
+            + _policy(i.call)
+        )
         print(f"    {toren_command(f'approve {i.run_id} {i.call.call_id}')}")
     for line in await _questions.questions_inbox(client, None, args.agent):  # ask_human, ctx.ask
         print(line)
     return 0
+
+
+def _policy(call: PendingApproval) -> str:
+    """`  rule small-refunds, approvers alice`: what agent.yaml `approvals:` says of the call."""
+    said = ([f"rule {call.rule}"] if call.rule else []) + (
+        [f"approvers {', '.join(call.approvers)}"] if call.approvers is not None else []
+    )
+    return f"  ({'; '.join(said)})" if said else ""
 
 
 def _age(seconds: float) -> str:

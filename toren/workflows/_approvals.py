@@ -161,8 +161,12 @@ class Approvals:
             if problem is None and not isinstance(approving, bool):
                 problem = 'field "approve" must be true or false'
         if problem is not None:
+            # A misfit edit or a decider who may not decide: the payload's shape was right.
+            shape = not problem.startswith('"args" do not') and " may not decide " not in problem
             raise ApplicationError(
-                f"{problem}; send {DECIDE_EXAMPLE}", type="InvalidDecision", non_retryable=True
+                f"{problem}; send {DECIDE_EXAMPLE}" if shape else problem,
+                type="InvalidDecision",
+                non_retryable=True,
             )
 
     def on_update(self, payload: tuple[Any, ...]) -> Decision:
