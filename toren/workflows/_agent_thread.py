@@ -115,7 +115,7 @@ class AgentThread(ThreadInbox, AgentRun):
         self._transcript = TranscriptRef(self._run.messages, self._run.prior)
         self._budget = Budget(self._run)
         # Never trust a policy from input: every run of the chain records the spec again.
-        self._run.spec = await self._load_spec(input.agent)
+        self._run.spec = await self._load_spec(self._run.agent or input.agent)
         self._background = Background(self._run, self._budget.add_child)
         self._input = self._execution_input(None)
         self._calls = ToolCalls(
@@ -234,6 +234,7 @@ class AgentThread(ThreadInbox, AgentRun):
         except RunError as err:
             outcome = {"status": "failed", "error": err.message, "kind": err.type or "RunError"}
         outcome["tool_calls"] = run.tool_calls - tool_calls
+        outcome["agent"] = self._spec.name  # who answered (a handoff may have changed it)
         outcome["usage"] = {k: v - usage.get(k, 0) for k, v in run.usage.items()}
         self._executing = False
         thread.running = False
@@ -242,8 +243,8 @@ class AgentThread(ThreadInbox, AgentRun):
         self._finish(message, outcome)
         self.publish(
             "message_completed",
-            {"message_id": message.id, **{k: outcome[k] for k in ("status", "text", "error")
-                                          if k in outcome}},
+            {"message_id": message.id, **{k: outcome[k] for k in ("status", "text", "error",
+                                                                  "agent") if k in outcome}},
         )  # fmt: skip
         self._sync_status()
 

@@ -1,0 +1,59 @@
+"""Handoffs in a thread on a real dev server: `transfer_to_<agent>` and the agent after it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from tests.conftest import fetch_history, task_failures
+from toren import client as toren_client
+from toren.client._events import render
+from toren.worker import serve
+
+TRIAGE = Path(__file__).resolve().parent.parent / "examples" / "triage"
+
+
+async def test_triage_hands_a_billing_question_to_billing_which_keeps_the_thread(
+    client: Client,
+) -> None:
+    async with serve(client, [TRIAGE]):
+        thread = await toren_client.start_thread(client, "triage", user_id="alice")
+        first = await toren_client.send_message(client, thread.id, "When are you open?")
+        second = await toren_client.send_message(
+            client, thread.id, "My invoice INV-7 was charged twice"
+        )
+        third = await toren_client.send_message(client, thread.id, "When will I get it back?")
+        conversation = await toren_client.messages(client, thread.id)
+        await toren_client.close_thread(client, thread.id)
+    assert (first["agent"], first["text"]) == (
+        "triage",
+        "We are open 9:00 to 17:00, Monday to Friday, and ship within two days.",
+    )
+    # Billing answers the handed-over message itself, with its own tool.
+    assert second["agent"] == "billing"
+    assert second["text"].startswith("Billing here. Invoice INV-7 (order A-1002, 35.50)")
+    assert (third["agent"], third["text"]) == (
+        "billing",
+        "Refunds reach your account within five business days.",
+    )
+    handoff = next(m for m in conversation if m.get("name") == "transfer_to_billing")
+    assert handoff["content"] == "(handed off to billing: a question about invoice INV-7)"
+    history = await fetch_history(client, thread.id)
+    assert not task_failures(history)
+    events = render(history)
+    handed = [e for e in events if e["type"] == "HandedOff"]
+    assert [(e["from"], e["to"], e["reason"]) for e in handed] == [
+        ("triage", "billing", "a question about invoice INV-7")
+    ]
+    # Billing's tool ran as billing's activity, on the thread's own task queue.
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    invoice = [a for a in scheduled if a.activity_type.name == "billing.lookup_invoice"]
+    assert [a.task_queue.name for a in invoice] == ["triage"]
