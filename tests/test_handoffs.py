@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import io
 from pathlib import Path
-from typing import Any
 
+import pexpect
 from temporalio.client import Client
 
-from tests.conftest import fetch_history, task_failures
+from tests.conftest import DevServer, fetch_history, task_failures
+from tests.test_chat import _worker_and_chat
 from toren import client as toren_client
 from toren.client._events import render
 from toren.worker import serve
@@ -54,3 +54,33 @@ async def test_triage_hands_a_billing_question_to_billing_which_keeps_the_thread
         "transfer_to_billing",
         "lookup_invoice",
     ]
+
+
+async def test_toren_chat_says_when_the_conversation_is_handed_off(
+    client: Client, dev_server: DevServer
+) -> None:
+    env, worker, thread_id, command = _worker_and_chat(TRIAGE, dev_server)
+    try:
+        chat = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
+        chat.logfile_read = seen = io.StringIO()
+        chat.expect("you> ")
+        chat.sendline("When are you open?")
+        chat.expect("agent> We are open 9:00 to 17:00")
+        chat.expect("you> ")
+        chat.sendline("My invoice INV-7 was charged twice")
+        chat.expect("— handed off to billing \\(a question about invoice INV-7\\) —")
+        chat.expect("billing> Billing here. Invoice INV-7")
+        chat.expect("you> ")
+        chat.sendline("When will I get it back?")
+        chat.expect("billing> Refunds reach your account within five business days.")
+        chat.expect("you> ")
+        chat.sendline("/close")
+        chat.expect("closed after 3 messages")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0
+        assert seen.getvalue().count("handed off") == 1  # said once, before billing's answer
+    finally:
+        worker.kill()
+        worker.wait()
+    assert not task_failures(await fetch_history(client, thread_id))
