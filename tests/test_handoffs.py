@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pexpect
+import pytest
 from temporalio.client import Client
 
 from tests.conftest import DevServer, fetch_history, task_failures
 from tests.test_chat import _worker_and_chat
 from toren import client as toren_client
+from toren.cli import main as toren_main
 from toren.client._events import render
 from toren.worker import serve
+from toren.worker.models import ScriptedModel
 
 TRIAGE = Path(__file__).resolve().parent.parent / "examples" / "triage"
 
@@ -84,3 +89,106 @@ async def test_toren_chat_says_when_the_conversation_is_handed_off(
         worker.kill()
         worker.wait()
     assert not task_failures(await fetch_history(client, thread_id))
+
+
+SCRATCH = """
+from toren import define_tool
+tool = define_tool(description="Note something.", handler=lambda a, c: "noted")
+"""
+
+
+def _step(*calls: dict[str, Any], text: str = "") -> dict[str, Any]:
+    return {"text": text, "tool_calls": list(calls)}
+
+
+def _call(tool: str, id: str, **args: Any) -> dict[str, Any]:
+    return {"id": id, "name": tool, "args": args}
+
+
+def _users(messages: list[dict[str, Any]]) -> str:
+    return "desk saw " + str(sum(1 for m in messages if m.get("role") == "user"))
+
+
+async def test_an_unknown_transfer_is_an_error_and_the_handed_agent_outlives_continue_as_new(
+    client: Client, make_agent: Callable[..., Path], agent_name: str
+) -> None:
+    desk_name = f"{agent_name}_desk"
+    make_agent(
+        name=desk_name,
+        model="mock/desk",
+        tools={"scratch": SCRATCH},
+        limits={"continueAsNewAfterEvents": 100},
+    )
+    front = make_agent(model="mock/front", handoffs={desk_name: {"agent": f"../{desk_name}"}})
+    transfer = f"transfer_to_{desk_name}"
+    front_model = ScriptedModel(
+        [
+            _step(_call("transfer_to_nobody", "t0", reason="no such agent")),
+            "still front: {last_tool_result}",
+            _step(_call(transfer, "t1", reason="the desk knows")),
+        ]
+    )
+    # The script counts every answer of the conversation: the desk's start at the fourth.
+    desk_model = ScriptedModel(["-", "-", "-"] + [_step(_call("scratch", "s")), _users] * 12)
+    models = {"mock/front": front_model, "mock/desk": desk_model}
+    async with serve(client, [front], models=models):
+        thread = await toren_client.start_thread(client, front.name)
+        unknown = await toren_client.send_message(client, thread.id, "m1")
+        handed = await toren_client.send_message(client, thread.id, "m2")
+        for n in range(3, 11):
+            later = await toren_client.send_message(client, thread.id, f"m{n}")
+        histories = await toren_client.histories(client, thread.id)
+        await toren_client.close_thread(client, thread.id)
+    assert (unknown["agent"], unknown["text"]) == (
+        front.name,
+        "still front: unknown tool: transfer_to_nobody",
+    )
+    assert (handed["agent"], handed["text"]) == (desk_name, "desk saw 2")
+    assert (later["agent"], later["text"]) == (desk_name, "desk saw 10")
+    assert len(histories) >= 2, "the thread should have continued as new at rest"
+    # Each later run of the chain loads the desk's spec, never the front's again.
+    loaded = [[e["agent"] for e in render(h) if e["type"] == "AgentLoaded"] for h in histories]
+    assert loaded[0] == [front.name, desk_name]
+    assert all(agents == [desk_name] for agents in loaded[1:]), loaded
+    for history in histories:
+        assert not task_failures(history)
+
+
+def test_bad_handoffs_fail_check_naming_the_key(
+    make_agent: Callable[..., Path], agent_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = make_agent(name=f"{agent_name}_other")
+    folder = make_agent(
+        tools={"transfer_to_helper": SCRATCH},
+        handoffs={
+            "missing": {"agent": "../nowhere"},
+            "Bad-Name": {"agent": f"../{other.name}"},
+            agent_name: {"agent": "."},
+        },
+    )
+    assert toren_main(["check", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert "handoffs: Bad-Name: 'Bad-Name' is not an agent name" in err, err
+    assert f"handoffs: {agent_name}: an agent cannot hand a conversation to itself" in err, err
+    # The rest once the file itself is right: a colliding tool, then the target folders.
+    fixed = make_agent(
+        name=f"{agent_name}_fixed",
+        tools={"transfer_to_helper": SCRATCH},
+        handoffs={
+            "missing": {"agent": "../nowhere"},
+            "mislabeled": {"agent": f"../{other.name}"},
+            "helper": {"agent": f"../{other.name}"},
+        },
+    )
+    assert toren_main(["check", str(fixed)]) == 1
+    err = capsys.readouterr().err
+    assert "handoffs.helper: its tool 'transfer_to_helper' collides with the agent's own" in err
+    (fixed / "tools" / "transfer_to_helper.py").unlink()
+    assert toren_main(["check", str(fixed)]) == 1
+    err = capsys.readouterr().err
+    assert "handoffs.missing.agent: '../nowhere': " in err and "no agent.yaml" in err, err
+    for name in ("mislabeled", "helper"):
+        assert (
+            f"handoffs.{name}.agent: '../{other.name}' holds agent {other.name!r}, not {name!r}"
+            in err
+        ), err
