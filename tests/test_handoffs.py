@@ -45,6 +45,8 @@ async def test_triage_hands_a_billing_question_to_billing_which_keeps_the_thread
         "billing",
         "Refunds reach your account within five business days.",
     )
+    answers = [m.get("agent") for m in conversation if m["role"] == "assistant"]
+    assert answers == ["triage", "triage", "billing", "billing", "billing"]
     handoff = next(m for m in conversation if m.get("name") == "transfer_to_billing")
     assert handoff["content"] == "(handed off to billing: a question about invoice INV-7)"
     history = await fetch_history(client, thread.id)

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._agent_run import AgentRun, toren_bug
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
+    from toren.workflows._handoff import mark_agents
     from toren.workflows._input import one_raw_input, parse_thread_input
     from toren.workflows._origin import provenance
     from toren.workflows._output import output_item
@@ -357,6 +358,8 @@ class AgentThread(ThreadInbox, AgentRun):
                 earlier["earlier_stored"] = prior["stored"]
             return earlier
         page = self._run.messages[start - first : start - first + max(1, min(int(limit), 500))]
+        if self._run.handoffs:  # who wrote each answer (`toren.workflows._handoff`)
+            page = mark_agents(page, start, self._thread_input.agent, self._run.handoffs)
         return {"total": total, "start": start, "messages": page, "earlier_run_id": None}
 
     @workflow.query(description="Messages waiting to run, in order (the first may be running).")

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.agent._types import RunState
     from toren.errors import RunError
 
-__all__ = ["request_handoff", "take_handoff"]
+__all__ = ["mark_agents", "request_handoff", "take_handoff"]
 
 Publish = Callable[[str, dict[str, Any]], None]
 
@@ -96,3 +96,24 @@ async def take_handoff(
     run.spec, run.agent = spec, spec.name
     publish("handed_off", {k: pending[k] for k in ("from", "to", "reason")})
     return spec
+
+
+def mark_agents(
+    page: list[dict[str, Any]], start: int, home: str, handoffs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`page` (transcript messages from index `start`), each assistant one marked with `agent`.
+
+    Only for a conversation that was handed off (the `messages` query): who wrote a message
+    follows from where each handoff took effect (`at`).
+    """
+    taken = [(h["at"], str(h["to"])) for h in handoffs if h.get("at") is not None]
+    marked = []
+    for index, message in enumerate(page, start):
+        if message.get("role") == "assistant":
+            agent = home
+            for at, to in taken:
+                if at <= index:
+                    agent = to
+            message = {**message, "agent": agent}
+        marked.append(message)
+    return marked
