@@ -44,6 +44,7 @@ from toren.agent._config_blocks import (
     matching,
 )
 from toren.agent._context_config import ContextConfig
+from toren.agent._handoff_config import HandoffConfig, handoff_key_problems
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren.agent._output_config import output_mode_checked, output_schema_checked
 from toren.agent._problems import also_report, describe, problems_at
@@ -308,6 +309,19 @@ class AgentConfig(Strict):
     @classmethod
     def _mode_fits(cls, mode: str, info: ValidationInfo) -> str:
         return output_mode_checked(mode, info.data, _partial(info))
+
+    # Handoffs in a thread (`toren.agent._handoff_config`).
+    handoffs: dict[str, HandoffConfig] = Field(default_factory=dict)
+    """Agents the conversation may be handed to, by name: each is a `transfer_to_<name>` tool."""
+
+    @field_validator("handoffs", mode="wrap")
+    @classmethod
+    def _handoff_names(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        own = info.data.get("name")
+        problems = handoff_key_problems(value, own) if isinstance(value, dict) else []
+        return also_report(lambda: handler(value), None, problems, value)
 
 
 class ConfigRead(NamedTuple):

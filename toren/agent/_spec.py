@@ -144,6 +144,9 @@ class AgentSpec:
     """The output's name for a provider's schema (the model class's, or `output`)."""
     max_output_retries: int = 2
     """`limits.maxOutputRetries`: invalid final answers sent back before `InvalidOutput`."""
+    # Handoffs in a thread (`toren.workflows._handoff`).
+    handoffs: dict[str, str] = field(default_factory=dict)
+    """agent.yaml `handoffs:` as tools: `transfer_to_<name>` → the agent it hands to."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.

@@ -212,6 +212,13 @@ class RunState:
     output_retries: int = 0
     """Final answers of the current execution refused for not matching `output:` so far
     (`toren.workflows._output`)."""
+    # Handoffs in a thread (`toren.workflows._handoff`).
+    agent: str | None = None
+    """The agent the conversation was handed to (agent.yaml `handoffs:`), whose spec every later
+    run of the chain loads; `None`: the input's agent."""
+    handoffs: list[dict[str, Any]] = field(default_factory=list)
+    """Handoffs so far, in order: `{"from", "to", "reason", "execution", "step", "at"}`, `at` the
+    transcript index from which `to` answered (`None` while its turn still runs)."""
 
 
 @omit_defaults

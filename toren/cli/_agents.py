@@ -27,6 +27,7 @@ from toren.agent._spec import DEFAULT_TOOL_ATTEMPTS, DEFAULT_TOOL_TIMEOUT_MS
 from toren.cli._common import codec_settings, connect
 from toren.errors import ConfigError, TorenError, UsageError
 from toren.worker._agent import Agent, load_agent
+from toren.worker._handoffs import handoff_targets
 from toren.worker._tool_list import tool_infos
 from toren.worker.models._hosted import hosted_tool_problems
 
@@ -106,6 +107,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
             hosted = hosted_tool_problems(agent.name, agent.config.model, agent.tools.values())
             if hosted:
                 raise ConfigError(hosted)
+            targets = handoff_targets(agent)  # each must load: a worker serves them too
         except ConfigError as err:
             print(f"✗ {folder}: {err}", file=sys.stderr)
             status = 1
@@ -156,6 +158,14 @@ async def cmd_check(args: argparse.Namespace) -> int:
             mode, retries = agent.config.output_mode, limits.max_output_retries
             print(f"  output {agent.output_name}: output_mode={mode} maxOutputRetries={retries}")
             print("    " + json.dumps(agent.output_schema, indent=2).replace("\n", "\n    "))
+        for name, target in targets.items():  # handoffs in a thread
+            print(
+                f"  handoff transfer_to_{name}: to agent {name!r} ({target.folder}), served by "
+                f"this agent's workers on task queue {agent.task_queue!r}"
+            )
+            absent = [n for n in target.required_env() if not os.environ.get(n)]
+            if absent:
+                print(f"  ! {name}: missing here: {', '.join(absent)} (a worker would refuse)")
         for name, server in agent.config.mcp_servers.items():
             defaulted += await _check_mcp(agent.folder, name, server, limits.max_attempts_per_task)
         if defaulted:

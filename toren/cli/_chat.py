@@ -84,6 +84,7 @@ async def chat(
 ) -> int:
     """Talk with `agent` in its running thread `thread_id`, deciding as `by`; the exit code."""
     print(f"{HELP} Resume later: toren chat {agent} --thread {thread_id}", file=out, flush=True)
+    voice = _Voice(agent, out)
     while True:
         try:
             # A call may wait from before (a chat that left, another client's message): it is
@@ -104,7 +105,7 @@ async def chat(
             print(f"closed after {result.executions} messages", file=out)
             return 0
         try:
-            await _exchange(client, thread_id, line, by, read, out)
+            await _exchange(client, thread_id, line, by, read, out, voice)
         except _Left:
             print(f"the thread goes on; resume: toren chat {agent} --thread {thread_id}", file=out)
             return 0
@@ -141,13 +142,14 @@ async def _exchange(
     by: str,
     read: Callable[[str], str],
     out: TextIO,
+    voice: _Voice,
 ) -> None:
     """Send one message, asking about approvals while it runs, and print the answer.
 
     The answer's text is printed as it streams (from the thread's stream, read from where it
     stood before the message); what did not stream is printed whole at the end.
     """
-    shown = _Shown(out)
+    shown = _Shown(out, voice)
     reader = await _stream_answer(client, thread_id, shown)
     sending = asyncio.ensure_future(toren_client.send_message(client, thread_id, line))
     asked: set[str] = set()
@@ -194,24 +196,46 @@ async def _exchange(
         print(f"(failed: {cause})", file=out, flush=True)
         return
     text = str(outcome.get("text", ""))
+    if outcome.get("agent") and outcome["agent"] != voice.current:  # no live `handed_off` read
+        shown.end()
+        voice.handed(str(outcome["agent"]), None)
     if shown.started and shown.live is not None and shown.live.text == text:
         shown.end()
         return
     shown.end()
-    print(f"agent> {text}", file=out, flush=True)
+    print(f"{voice.prefix()}{text}", file=out, flush=True)
+
+
+class _Voice:
+    """Who answers: `agent>` while the thread's own agent does, `<name>>` once handed off."""
+
+    def __init__(self, home: str, out: TextIO) -> None:
+        self.home = self.current = home
+        self.out = out
+
+    def prefix(self) -> str:
+        return "agent> " if self.current == self.home else f"{self.current}> "
+
+    def handed(self, to: str, reason: str | None) -> None:
+        """Say that the conversation went to `to` (`handoffs:`), once."""
+        if to != self.current:
+            because = f" ({reason})" if reason else ""
+            print(f"— handed off to {to}{because} —", file=self.out, flush=True)
+            self.current = to
 
 
 class _Shown:
     """What of the answer was printed as it streamed."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, voice: _Voice) -> None:
         self.out = out
+        self.voice = voice
         self.started = False
         self.live: LiveStream | None = None
 
     def text(self, text: str) -> None:
         if not self.started:
-            print("agent> ", end="", file=self.out)
+            print(self.voice.prefix(), end="", file=self.out)
             self.started = True
         print(text, end="", file=self.out, flush=True)
 
@@ -247,6 +271,9 @@ async def _stream_answer(
                 shown.restart()
             elif event.type == "tool_call_delta" and shown.started:
                 shown.end()
+            elif event.type == "handed_off":
+                shown.end()
+                shown.voice.handed(str(event.data.get("to")), event.data.get("reason"))
             elif event.type in ("message_completed", "thread_closed"):
                 return
 

@@ -90,6 +90,8 @@ class RenderState:
         self.inherited = 0
         """Tool results a fork's first model call brings from its source (`RunInput.fork`):
         they ran in the source, not here, so they are no ToolCallCompleted of this run."""
+        self.agent: str | None = None
+        """The agent whose spec the run loaded last (a handoff loads another)."""
 
     def _decode(self, payloads: Payloads | None) -> list[Any]:
         if payloads is None or not payloads.payloads:

@@ -69,8 +69,27 @@ class RunEvents(RenderState):
         self.versioning = behavior.removeprefix("VERSIONING_BEHAVIOR_").lower()
 
     def _agent_loaded(self, event: HistoryEvent, spec: dict[str, Any]) -> None:
-        """AgentLoaded: the definition each run of a chain recorded, and the version it ran on."""
+        """AgentLoaded: the definition each run of a chain recorded, and the version it ran on.
+
+        HandedOff first when the run loads another agent than its last (`handoffs:`): the
+        reason is the argument of the `transfer_to_<agent>` call in the model's last reply.
+        """
         fields: dict[str, Any] = {"agent": spec.get("name"), "model": spec.get("model")}
+        previous, self.agent = self.agent, spec.get("name")
+        if previous and previous != self.agent:
+            call = next(
+                (
+                    c
+                    for c in self.model_calls.values()
+                    if c.get("name") == f"transfer_to_{self.agent}"
+                ),
+                {},
+            )
+            args = call.get("arguments")
+            with contextlib.suppress(ValueError):
+                args = json.loads(args) if isinstance(args, str) else args
+            reason = args.get("reason") if isinstance(args, dict) else None
+            self.emit(event, "HandedOff", **{"from": previous, "to": self.agent, "reason": reason})
         if spec.get("digest"):
             fields["digest"] = spec["digest"]
         if self.version:

@@ -185,6 +185,8 @@ class Answer(BaseModel):
     message_id: str | None = None
     status: str | None = None
     text: str | None = None
+    agent: str | None = None
+    """The agent that answered (a handoff in the thread may have changed it)."""
 
 
 class Queued(BaseModel):

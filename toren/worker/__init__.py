@@ -119,7 +119,7 @@ def build_workers(
     """
     queues = runtime.task_queues()
     if task_queue is not None:
-        queues = {task_queue: [a for group in queues.values() for a in group]}
+        queues = {task_queue: list({a.agent.name: a for g in queues.values() for a in g}.values())}
     for queue, agents in queues.items():
         runtime.serve_on(queue, agents)
     return [

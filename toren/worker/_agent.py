@@ -138,6 +138,7 @@ def load_agent(folder: str | Path) -> Agent:
                     "invoke it"
                 )
     problems += _rule_problems(config, tools, path)
+    problems += _add_handoff_tools(config, tools, path)  # handoffs in a thread
     strategy = _context_strategy(folder, config, path, problems)
     output_schema, output_name = _output(folder, config, path, tools, problems)
     if problems:
@@ -321,4 +322,21 @@ def _rule_problems(config: AgentConfig, tools: dict[str, Tool], path: Path) -> l
                 f"{where}: tool {rule.tool!r} is never gated (approval: never), so the rule "
                 "would never apply; give the tool an approval or remove the rule"
             )
+    return problems
+
+
+def _add_handoff_tools(config: AgentConfig, tools: dict[str, Tool], path: Path) -> list[str]:
+    """Add `handoffs:`' `transfer_to_<name>` tools; a problem for each that names another tool."""
+    from toren.worker.tools._handoffs import handoff_tools
+
+    problems = []
+    for tool, name in zip(handoff_tools(config), config.handoffs, strict=True):
+        assert tool.name
+        if tool.name in tools:
+            problems.append(
+                f"{path}: handoffs.{name}: its tool {tool.name!r} collides with the agent's own "
+                f"tool {tools[tool.name].source}; rename that tool"
+            )
+        else:
+            tools[tool.name] = tool
     return problems

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
+from toren.agent._handoff_config import HANDOFF_PREFIX
 from toren.agent._spec import AgentSpec
 from toren.worker._agent import Agent
 from toren.worker._digest import folder_hash, spec_digest
@@ -108,6 +109,7 @@ class LoadedAgent:
             output_schema=self.agent.output_schema,
             output_name=self.agent.output_name,
             max_output_retries=limits.max_output_retries,
+            handoffs={f"{HANDOFF_PREFIX}{name}": name for name in self.agent.config.handoffs},
         )
 
     def secrets(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:

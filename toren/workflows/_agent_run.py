@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
     from toren.workflows._context_window import ContextWindow
+    from toren.workflows._handoff import take_handoff
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._model_step import call_model
     from toren.workflows._origin import provenance, start_fork, steps_before
@@ -129,7 +130,7 @@ class AgentRun(RunHandlers):
             self._run = input.carry
             if workflow.patched("toren-spec-per-run"):
                 # Never trust a policy from input: record the spec again for this run.
-                self._run.spec = await self._load_spec(input.agent)
+                self._run.spec = await self._load_spec(self._run.agent or input.agent)
         else:
             self._run.spec = await self._load_spec(input.agent)
         self._transcript = TranscriptRef(self._run.messages, self._run.prior)
@@ -323,6 +324,7 @@ class AgentRun(RunHandlers):
             # The transcript has its message; the rest of it need not stay while a call waits.
             del reply
             await self._run_turn(calls, cut=cut)
+            spec = await take_handoff(run, self._transcript.count, self._load_spec, self.publish)
 
     async def _run_turn(self, calls: list[dict[str, Any]], cut: bool = False) -> None:
         """Run one turn's calls concurrently, then what they queued, then apply their changes.

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._agent_run import AgentRun, toren_bug
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
+    from toren.workflows._handoff import mark_agents
     from toren.workflows._input import one_raw_input, parse_thread_input
     from toren.workflows._origin import provenance
     from toren.workflows._output import output_item
@@ -115,7 +116,7 @@ class AgentThread(ThreadInbox, AgentRun):
         self._transcript = TranscriptRef(self._run.messages, self._run.prior)
         self._budget = Budget(self._run)
         # Never trust a policy from input: every run of the chain records the spec again.
-        self._run.spec = await self._load_spec(input.agent)
+        self._run.spec = await self._load_spec(self._run.agent or input.agent)
         self._background = Background(self._run, self._budget.add_child)
         self._input = self._execution_input(None)
         self._calls = ToolCalls(
@@ -234,6 +235,7 @@ class AgentThread(ThreadInbox, AgentRun):
         except RunError as err:
             outcome = {"status": "failed", "error": err.message, "kind": err.type or "RunError"}
         outcome["tool_calls"] = run.tool_calls - tool_calls
+        outcome["agent"] = self._spec.name  # who answered (a handoff may have changed it)
         outcome["usage"] = {k: v - usage.get(k, 0) for k, v in run.usage.items()}
         self._executing = False
         thread.running = False
@@ -242,8 +244,8 @@ class AgentThread(ThreadInbox, AgentRun):
         self._finish(message, outcome)
         self.publish(
             "message_completed",
-            {"message_id": message.id, **{k: outcome[k] for k in ("status", "text", "error")
-                                          if k in outcome}},
+            {"message_id": message.id, **{k: outcome[k] for k in ("status", "text", "error",
+                                                                  "agent") if k in outcome}},
         )  # fmt: skip
         self._sync_status()
 
@@ -356,6 +358,8 @@ class AgentThread(ThreadInbox, AgentRun):
                 earlier["earlier_stored"] = prior["stored"]
             return earlier
         page = self._run.messages[start - first : start - first + max(1, min(int(limit), 500))]
+        if self._run.handoffs:  # who wrote each answer (`toren.workflows._handoff`)
+            page = mark_agents(page, start, self._thread_input.agent, self._run.handoffs)
         return {"total": total, "start": start, "messages": page, "earlier_run_id": None}
 
     @workflow.query(description="Messages waiting to run, in order (the first may be running).")

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._eval_calls import EvalRecord
     from toren.workflows._gate import Gate
+    from toren.workflows._handoff import request_handoff
     from toren.workflows._questions import Questions
 
 __all__ = ["CallOutcome", "Publish", "ToolCalls", "flow_id"]
@@ -147,6 +148,8 @@ class ToolCalls:
         if problem is not None:
             return made_here(f"invalid arguments for {name}: {problem}")
 
+        if tool.native == "handoff":  # `toren.workflows._handoff`: taken at the turn's end
+            return made_here(*request_handoff(self._run, tool, args))
         if self._run.eval is not None:
             return await self._eval_call(tool, use_id, call_id, args)
 

@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from toren.agent._spec import AgentSpec
 from toren.errors import ConfigError
 from toren.worker._agent import Agent, load_agent, process_specs
+from toren.worker._handoffs import HandoffFollower
 from toren.worker._loaded import LoadedAgent, worker_secrets
 from toren.worker._prices import prices_for
 from toren.worker._redact import MIN_SECRET_CHARS
@@ -67,9 +68,10 @@ class AgentRuntime(ModelCalls, ToolActivities):
         """
         problems: list[str] = []
         loaded: list[LoadedAgent] = []
-        for folder in folders:
+        follow = HandoffFollower(folders)  # handoff targets are served too, each folder once
+        for folder in follow:
             try:
-                agent = folder if isinstance(folder, Agent) else load_agent(folder)
+                agent = follow.loaded(folder if isinstance(folder, Agent) else load_agent(folder))
                 model = model_override or agent.config.model
                 if model_override:
                     agent.config = agent.config.model_copy(update={"model": model})
@@ -124,14 +126,28 @@ class AgentRuntime(ModelCalls, ToolActivities):
         held = worker_secrets(loaded, environ)
         for ready in loaded:
             ready.worker_secrets = held
-        return cls(loaded)
+        runtime = cls(loaded)
+        runtime.handoffs, runtime.companions = follow.targets, follow.companions
+        return runtime
 
     def task_queues(self) -> dict[str, list[LoadedAgent]]:
         """Agents grouped by task queue (one Temporal worker serves each queue)."""
         queues: dict[str, list[LoadedAgent]] = {}
         for a in self.agents.values():
-            queues.setdefault(a.agent.task_queue, []).append(a)
-        return queues
+            if a.agent.name not in self.companions:
+                queues.setdefault(a.agent.task_queue, []).append(a)
+        return {q: self.with_handoff_targets(agents) for q, agents in queues.items()}
+
+    def with_handoff_targets(self, agents: Sequence[LoadedAgent]) -> list[LoadedAgent]:
+        """`agents` and every agent they hand off to, however far (a thread stays on its queue)."""
+        found = {a.agent.name: a for a in agents}
+        names = list(found)
+        for name in names:
+            for target in self.handoffs.get(name, []):
+                if target not in found and target in self.agents:
+                    found[target] = self.agents[target]
+                    names.append(target)
+        return list(found.values())
 
     def activities(self, agents: Sequence[LoadedAgent] | None = None) -> list[Callable[..., Any]]:
         """The activities serving `agents` (default: all): the loop's own and one per tool."""

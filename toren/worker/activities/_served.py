@@ -33,6 +33,10 @@ class Served:
         """Agent → the task queues where a worker registers its tool activities."""
         self.mcp: McpPool | None = None
         """The worker's MCP sessions, once it listed the agents' `mcp_servers`."""
+        self.handoffs: dict[str, list[str]] = {}
+        """Agent → the agents its `handoffs:` name (served on its queue too)."""
+        self.companions: set[str] = set()
+        """Agents served only as another's handoff target (no worker on their own queue)."""
 
     def _get(self, agent: str) -> LoadedAgent:
         loaded = self.agents.get(agent)
