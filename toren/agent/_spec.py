@@ -67,7 +67,8 @@ class ToolSpec:
     approval_timeout_s: float | None = None
     """As declared; `None`: the agent's `limits.approvalTimeoutMin`, or no limit."""
     native: str | None = None
-    """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
+    """Set for tools the workflow runs itself (`run_process`, `check_run`, `ask_human`, and
+    `agent:<tool>` for an `agents:` entry)."""
     execution_mode: str = "local"
     """`local` (an activity on a toren worker) or `provider` (the model's provider runs the tool
     inside the model call; never an activity)."""
@@ -144,6 +145,11 @@ class AgentSpec:
     """The output's name for a provider's schema (the model class's, or `output`)."""
     max_output_retries: int = 2
     """`limits.maxOutputRetries`: invalid final answers sent back before `InvalidOutput`."""
+    # Agents as tools (`toren.workflows._agent_tools`).
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """agent.yaml `agents:` by tool name: `{"agent", "task_queue"}` of the child each starts."""
+    max_parallel_agents: int = 4
+    """`limits.maxParallelAgents`: agent-tool children of one turn running at once."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.

@@ -212,6 +212,11 @@ class RunState:
     output_retries: int = 0
     """Final answers of the current execution refused for not matching `output:` so far
     (`toren.workflows._output`)."""
+    # Agents as tools (`toren.workflows._agent_tools`).
+    tree: dict[str, Any] | None = None
+    """Set in a run an agent tool started (its parent writes it, the only carry a new run may
+    bring): `{"path", "tool", "call_id", "tokens"?, "cost_usd"?, "deadline"?}`: the agents from
+    the root down to this one, the parent's tool and call, and what the parent had left."""
 
 
 @omit_defaults

@@ -108,6 +108,8 @@ class LoadedAgent:
             output_schema=self.agent.output_schema,
             output_name=self.agent.output_name,
             max_output_retries=limits.max_output_retries,
+            agents=self.agent.agent_tools,
+            max_parallel_agents=limits.max_parallel_agents,
         )
 
     def secrets(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
