@@ -5,6 +5,8 @@ with it, are started once whatever happens to workers, and their approvals reach
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tests.conftest import fetch_history, result_of, task_failures, wait_for
+from tests.conftest import DevServer, fetch_history, result_of, task_failures, wait_for
 from toren import ConfigError, load_agent
 from toren import client as toren_client
 from toren.worker import serve
@@ -278,3 +280,55 @@ def test_bad_agents_entries_name_the_key(
     )
     with pytest.raises(ConfigError, match="agents: 'both' is both an agent tool and a process"):
         load_agent(both)
+
+
+async def test_a_worker_killed_while_the_child_runs_starts_no_second_child(
+    client: Client, make_agent: Callable[..., Path], agent_name: str, dev_server: DevServer
+) -> None:
+    child = make_agent(
+        name=f"{agent_name}_kid",
+        tools={"nap": NAP},
+        script=[{"tool_calls": [{"id": "n", "name": "nap", "args": {"seconds": 3}}]}, "kid woke"],
+    )
+    parent = make_agent(
+        agents={"ask_kid": {"agent": f"../{child.name}"}},
+        script=[{"tool_calls": [call("ask_kid", "nap", "k1")]}, "parent: {last_tool_result}"],
+    )
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    command = [sys.executable, "-m", "toren.cli", "worker", str(parent), str(child)]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [subprocess.Popen(command, env=env, **quiet)]  # type: ignore[call-overload]
+    try:
+        handle = await toren_client.start_run(client, parent.name, "go", run_id=f"{agent_name}-p")
+        kid = client.get_workflow_handle(f"{handle.id}/ask_kid/k1")
+
+        async def kid_napping() -> bool:
+            try:
+                return any(
+                    e.HasField("activity_task_started_event_attributes")
+                    for e in (await kid.fetch_history()).events
+                )
+            except Exception:
+                return False
+
+        await wait_for(kid_napping, timeout=60)
+        procs[0].send_signal(signal.SIGKILL)  # parent waiting on the child, child mid-nap
+        procs[0].wait()
+        procs.append(subprocess.Popen(command, env=env, **quiet))  # type: ignore[call-overload]
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert result.text == "parent: kid woke"
+    history = await fetch_history(client, handle.id)
+    starts = [
+        e
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    assert len(starts) == 1
+    children = [w.id async for w in client.list_workflows(f'WorkflowId STARTS_WITH "{handle.id}/"')]
+    assert children == [kid.id]
+    assert not task_failures(history)
