@@ -67,6 +67,11 @@ SKIPPED = {
         "needs recorded runs and an edited copy of the folder; tests/test_eval.py runs `toren "
         "eval` through the command on recorded runs, and bench/perf/eval_support.py runs this example"
     ),
+    "toren worker examples/research examples/research/specialists/web "
+    "examples/research/specialists/data": (
+        "workers that run until stopped, and a run id to approve; tests/test_example_research.py "
+        "runs the example and approves the specialist's call through the research run"
+    ),
     "toren workspace RUN_ID ./out": (
         "needs a finished run's id; tests/test_workspace_cli.py runs both commands on a real run"
     ),

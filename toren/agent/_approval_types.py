@@ -70,6 +70,11 @@ class PendingApproval:
     """Who may decide it (the matching rule's, else the agent's); `None`: anyone."""
     rule: str = ""
     """The `approvals.rules` entry that matched the call."""
+    # A call waiting inside an agent tool's child run (`toren.workflows._agent_tools`).
+    run_id: str = ""
+    """The run the call waits in, when that is not the run asked (a child of it); "": this run."""
+    path: list[str] | None = None
+    """Where it waits in a tree of agents: `[parent agent, ..., child agent, tool]`."""
 
 
 @dataclass

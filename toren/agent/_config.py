@@ -33,6 +33,7 @@ from pydantic import (
 
 from toren.agent._approval_policy import ApprovalPolicy
 from toren.agent._config_blocks import (
+    AgentToolConfig,
     EnvConfig,
     Limits,
     ModelRetryConfig,
@@ -322,6 +323,26 @@ class AgentConfig(Strict):
         own = info.data.get("name")
         problems = handoff_key_problems(value, own) if isinstance(value, dict) else []
         return also_report(lambda: handler(value), None, problems, value)
+
+    # Agents as tools (`toren.workflows._agent_tools`); their folders load in `toren.worker._agent`.
+    agents: dict[
+        Annotated[str, matching(re.compile(r"^[a-z][a-z0-9_]*$"), "must match [a-z][a-z0-9_]*")],
+        AgentToolConfig,
+    ] = Field(default_factory=dict)
+    """Tools that ask another agent, by tool name: `{agent: ../folder, description: ...}`."""
+
+    @field_validator("agents")
+    @classmethod
+    def _agents_not_processes(
+        cls, agents: dict[str, AgentToolConfig], info: ValidationInfo
+    ) -> dict[str, AgentToolConfig]:
+        both = sorted(set(agents) & set(info.data.get("processes") or {}))
+        if both and not _partial(info):
+            raise ValueError(
+                f"{', '.join(map(repr, both))} is both an agent tool and a process "
+                "(processes.<name>): one name, one thing; rename one"
+            )
+        return agents
 
 
 class ConfigRead(NamedTuple):

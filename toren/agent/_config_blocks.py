@@ -1,6 +1,6 @@
 """agent.yaml's blocks below the agent's own keys, and the variable names they share.
 
-`limits`, `modelSettings`, `modelRetry`, `env`, `processes` and `stream`; `EnvName` and
+`limits`, `modelSettings`, `modelRetry`, `env`, `processes`, `agents` and `stream`; `EnvName` and
 `checked_env_names` also check the names `sandbox.env` and `mcp_servers` pass on.
 `AgentConfig` (`toren.agent._config`) holds them, with the `sandbox` block and the checks that
 compare one block with another.
@@ -9,7 +9,7 @@ compare one block with another.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +26,7 @@ from toren.agent._spec import ModelRetry
 
 __all__ = [
     "ENV_NAME",
+    "AgentToolConfig",
     "EnvConfig",
     "EnvName",
     "Limits",
@@ -121,6 +122,9 @@ class Limits(Strict):
     max_output_retries: int = Field(2, alias="maxOutputRetries", ge=0, le=20)
     """Times a final answer that does not match `output:` goes back to the model with the
     validation errors before the run fails with `InvalidOutput` (typed outputs only)."""
+    # Agents as tools (`agents:`, `toren.workflows._agent_tools`).
+    max_parallel_agents: int = Field(4, alias="maxParallelAgents", ge=1, le=100)
+    """Agent tools (`agents:`) of one turn that run at once; the rest wait for a free place."""
 
 
 class ModelSettings(Strict):
@@ -217,6 +221,23 @@ class ProcessConfig(Strict):
         if isinstance(data, dict) and (data.get("agent") is None) == (data.get("workflow") is None):
             problems.append("give exactly one of agent: or workflow:")
         return also_report(lambda: handler(data), None, problems, data)
+
+
+class AgentToolConfig(Strict):
+    """One entry of `agents:`: a tool of that name that asks another agent and waits for its answer.
+
+    The call runs the agent as a child `AgentRun` of this run (cancelled with it) and returns its
+    final answer (its typed `output:` as JSON, where it declares one) as the tool's result.
+    """
+
+    agent: str
+    """The agent folder, relative to agent.yaml."""
+    description: str = ""
+    """What it does, for the model; default the child agent's description."""
+    task_queue: str | None = Field(None, alias="taskQueue")
+    """Where the child runs; default the child agent's own queue."""
+    approval: Literal["never", "always"] = "never"
+    """`always`: a person approves each call before the child starts."""
 
 
 class StreamConfig(Strict):

@@ -67,7 +67,8 @@ class ToolSpec:
     approval_timeout_s: float | None = None
     """As declared; `None`: the agent's `limits.approvalTimeoutMin`, or no limit."""
     native: str | None = None
-    """Set for tools the workflow runs itself (`run_process`, `check_run`)."""
+    """Set for tools the workflow runs itself (`run_process`, `check_run`, `ask_human`, and
+    `agent:<tool>` for an `agents:` entry)."""
     execution_mode: str = "local"
     """`local` (an activity on a toren worker) or `provider` (the model's provider runs the tool
     inside the model call; never an activity)."""
@@ -147,6 +148,11 @@ class AgentSpec:
     # Handoffs in a thread (`toren.workflows._handoff`).
     handoffs: dict[str, str] = field(default_factory=dict)
     """agent.yaml `handoffs:` as tools: `transfer_to_<name>` → the agent it hands to."""
+    # Agents as tools (`toren.workflows._agent_tools`).
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """agent.yaml `agents:` by tool name: `{"agent", "task_queue"}` of the child each starts."""
+    max_parallel_agents: int = 4
+    """`limits.maxParallelAgents`: agent-tool children of one turn running at once."""
 
     def heartbeat_timeout(self, start_to_close: timedelta) -> timedelta | None:
         """A call's heartbeat timeout, or none.

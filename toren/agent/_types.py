@@ -219,6 +219,11 @@ class RunState:
     handoffs: list[dict[str, Any]] = field(default_factory=list)
     """Handoffs so far, in order: `{"from", "to", "reason", "execution", "step", "at"}`, `at` the
     transcript index from which `to` answered (`None` while its turn still runs)."""
+    # Agents as tools (`toren.workflows._agent_tools`).
+    tree: dict[str, Any] | None = None
+    """Set in a run an agent tool started (its parent writes it, the only carry a new run may
+    bring): `{"path", "tool", "call_id", "tokens"?, "cost_usd"?, "deadline"?}`: the agents from
+    the root down to this one, the parent's tool and call, and what the parent had left."""
 
 
 @omit_defaults

@@ -128,7 +128,14 @@ async def cmd_check(args: argparse.Namespace) -> int:
             print(f"  ! missing here: {', '.join(missing)} (a worker would refuse to start)")
         defaulted = []
         for tool in tool_infos(agent):
-            if tool.execution_mode == "provider":
+            native = agent.tools[tool.name].native or ""
+            if native.startswith("agent:"):  # agents as tools (`agents:`)
+                child = agent.agent_tools[tool.name]
+                print(
+                    f"  tool {tool.name}: asks agent {child['agent']} (a child run on queue "
+                    f"{child['task_queue']}) approval={tool.approval}"
+                )
+            elif tool.execution_mode == "provider":
                 print(
                     f"  tool {tool.name}: run by {tool.execution_provider} inside the model call "
                     "(no activity)"

@@ -78,6 +78,8 @@ async def cmd_pending(args: argparse.Namespace) -> int:
             f"{c.call_id}  {c.tool}({json.dumps(c.args)})  since {c.requested_at}  [{c.reason}]"
             + _policy(c)
         )
+        if c.path:  # waiting in an agent tool's child; decided through this run all the same
+            print(f"    in {' → '.join(c.path)} ({c.run_id or args.run_id})")
     for line in await _questions.questions_inbox(client, args.run_id, None):  # ask_human, ctx.ask
         print(line)
     return 0
@@ -105,6 +107,8 @@ async def _inbox(client: Client, args: argparse.Namespace) -> int:
             f"{i.run_id}  {i.call.call_id}  {i.call.tool}({json.dumps(i.call.args)})  {age} ago"
             + _policy(i.call)
         )
+        if i.call.path:  # a call inside an agent tool's child run
+            print(f"    in {' → '.join(i.call.path)}")
         print(f"    {toren_command(f'approve {i.run_id} {i.call.call_id}')}")
     for line in await _questions.questions_inbox(client, None, args.agent):  # ask_human, ctx.ask
         print(line)

@@ -9,7 +9,12 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 
 from toren.agent._types import Decision, PendingApproval
@@ -43,22 +48,37 @@ async def decide(
     """
     await ensure_readable(client, run_id)
     handle = client.get_workflow_handle(run_id)
+    request = {
+        "call_id": call_id,
+        "approve": approved,
+        "by": by or client.identity,
+        "comment": comment,
+        **({"args": args} if args is not None else {}),
+    }
     try:
-        decision: Decision = await handle.execute_update(
-            "decide",
-            {
-                "call_id": call_id,
-                "approve": approved,
-                "by": by or client.identity,
-                "comment": comment,
-                **({"args": args} if args is not None else {}),
-            },
-            result_type=Decision,
-        )
+        decision: Decision = await handle.execute_update("decide", request, result_type=Decision)
     except UndecodablePayloadError as err:
         # The run recorded the decision; only its answer is unreadable here.
         raise UndecodablePayloadError(err.encoding, accepted=True) from None
+    except WorkflowUpdateFailedError:
+        # Not this run's call: one waiting in an agent tool's child is decided there.
+        child = await _child_waiting(handle, call_id)
+        if child is None:
+            raise
+        decision = await client.get_workflow_handle(child).execute_update(
+            "decide", request, result_type=Decision
+        )
     return decision
+
+
+async def _child_waiting(handle: WorkflowHandle[Any, Any], call_id: str) -> str | None:
+    """The run below `handle`'s (an agent tool's child) where call `call_id` waits, if any."""
+    try:
+        calls = await handle.query("pending_approvals", result_type=list[PendingApproval])
+    except Exception:
+        return None
+    found = [c.run_id for c in calls if c.call_id == call_id and c.run_id not in ("", handle.id)]
+    return found[0] if len(found) == 1 else None
 
 
 async def approve(

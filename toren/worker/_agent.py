@@ -42,6 +42,8 @@ class Agent:
     """The final answer's JSON Schema: agent.yaml `output:`, or `output_model:`'s."""
     output_name: str = ""
     """Its name for the provider: the model class's, or `output`."""
+    agent_tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """agent.yaml `agents:` resolved, by tool name: `{"agent", "task_queue"}` of each child."""
 
     @property
     def name(self) -> str:
@@ -89,8 +91,8 @@ class Agent:
         return env
 
 
-def load_agent(folder: str | Path) -> Agent:
-    """Load the agent folder at `folder`.
+def load_agent(folder: str | Path, *, children: bool = True) -> Agent:
+    """Load the agent folder at `folder`; `children`: its `agents:` folders too.
 
     Raises:
         ConfigError: listing every problem found in agent.yaml, the instructions file, `tools/`
@@ -137,6 +139,13 @@ def load_agent(folder: str | Path) -> Agent:
                     f"{tools[name].execution_provider} runs inside the model call: no tool can "
                     "invoke it"
                 )
+    agent_tools: dict[str, dict[str, Any]] = {}
+    if children and config.agents:  # agents as tools (`toren.worker._agent_tools`)
+        from toren.worker._agent_tools import agent_tools as load_agent_tools
+
+        found, agent_tools, agent_problems = load_agent_tools(config, folder, tools, load_agent)
+        tools.update(found)
+        problems += agent_problems
     problems += _rule_problems(config, tools, path)
     problems += _add_handoff_tools(config, tools, path)  # handoffs in a thread
     strategy = _context_strategy(folder, config, path, problems)
@@ -151,6 +160,7 @@ def load_agent(folder: str | Path) -> Agent:
         context_strategy=strategy,
         output_schema=output_schema,
         output_name=output_name,
+        agent_tools=agent_tools,
     )
 
 

@@ -110,6 +110,8 @@ class LoadedAgent:
             output_name=self.agent.output_name,
             max_output_retries=limits.max_output_retries,
             handoffs={f"{HANDOFF_PREFIX}{name}": name for name in self.agent.config.handoffs},
+            agents=self.agent.agent_tools,
+            max_parallel_agents=limits.max_parallel_agents,
         )
 
     def secrets(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.agent._types import CUT_AT_MAX_TOKENS, STREAM_TOPIC, RunInput, RunResult, RunState
     from toren.errors import InvalidJSONPayloadError, RunError
     from toren.workflows import _approvals as approvals
+    from toren.workflows._agent_tools import adopt_tree, earliest_deadline
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget
     from toren.workflows._context_window import ContextWindow
@@ -122,7 +123,7 @@ class AgentRun(RunHandlers):
             raise toren_bug(err, "AgentRun") from err
 
     async def _execute(self, input: RunInput) -> RunResult:
-        self._input = input
+        self._input = input = adopt_tree(input, self._run)  # an agent tool's child: its budget
         self._executing = True
         if input.carry is not None:
             # Refusals recorded by signals handled before this first task are this run's too.
@@ -183,6 +184,7 @@ class AgentRun(RunHandlers):
         if spec.max_wall_clock_min is not None and self._run.deadline is None:
             deadline = workflow.now() + timedelta(minutes=spec.max_wall_clock_min)
             self._run.deadline = deadline.isoformat()
+        self._run.deadline = earliest_deadline(self._run)
         self._approvals.publish()
         self._sync_status()
         if self._run.deadline is None:
@@ -230,7 +232,7 @@ class AgentRun(RunHandlers):
     def _should_continue(self) -> bool:
         spec = self._spec
         info = workflow.info()
-        if self._background.running():
+        if self._background.running() or self._calls.agent_tools.running():
             return False  # a running child's result only reaches this run
         return (
             info.is_continue_as_new_suggested()

@@ -36,6 +36,8 @@ class Background:
         self._run = run
         self._on_usage = on_usage
         """Counts a finished child's usage and cost into this run's budget."""
+        self.on_usage = on_usage
+        """The same, for agent tools' children (`toren.workflows._agent_tools`)."""
         self._watchers: list[asyncio.Future[None]] = []
 
     def running(self) -> bool:

@@ -82,19 +82,17 @@ class Budget:
         spent = self._run.spent
         grown = sum(len(json.dumps(m, ensure_ascii=False)) for m in added) // CHARS_PER_TOKEN
         estimate = int(spent["last_prompt"]) + grown
-        if (
-            spec.max_tokens_budget is not None
-            and spent["tokens"] + estimate > spec.max_tokens_budget
-        ):
+        tokens, cost_limit, whose = self.limits(spec)
+        if tokens is not None and spent["tokens"] + estimate > tokens:
             raise self._exceeded(
-                f"token budget {spec.max_tokens_budget} cannot cover the next model call "
+                f"token budget {tokens:g}{whose} cannot cover the next model call "
                 f"(about {estimate} tokens): {int(spent['tokens'])} used",
             )
-        if spec.max_cost_usd is not None and spec.prices:
+        if cost_limit is not None and spec.prices:
             cost = spent["cost_usd"] + estimate * spec.prices[0] / 1_000_000
-            if cost > spec.max_cost_usd:
+            if cost > cost_limit:
                 raise self._exceeded(
-                    f"cost budget ${spec.max_cost_usd:g} cannot cover the next model call "
+                    f"cost budget ${cost_limit:g}{whose} cannot cover the next model call "
                     f"(about ${cost - spent['cost_usd']:.4f}): ${spent['cost_usd']:.4f} spent",
                 )
 
@@ -136,14 +134,35 @@ class Budget:
     def check(self, spec: AgentSpec) -> None:
         """Stop the run if it has gone past a budget."""
         spent = self._run.spent
-        if spec.max_tokens_budget is not None and spent["tokens"] > spec.max_tokens_budget:
+        tokens, cost_limit, whose = self.limits(spec)
+        if tokens is not None and spent["tokens"] > tokens:
             raise self._exceeded(
-                f"token budget {spec.max_tokens_budget} exceeded: {int(spent['tokens'])} used"
+                f"token budget {tokens:g}{whose} exceeded: {int(spent['tokens'])} used"
             )
-        if spec.max_cost_usd is not None and spent["cost_usd"] > spec.max_cost_usd:
+        if cost_limit is not None and spent["cost_usd"] > cost_limit:
             raise self._exceeded(
-                f"cost budget ${spec.max_cost_usd:g} exceeded: ${spent['cost_usd']:.4f} spent"
+                f"cost budget ${cost_limit:g}{whose} exceeded: ${spent['cost_usd']:.4f} spent"
             )
+
+    def limits(self, spec: AgentSpec) -> tuple[float | None, float | None, str]:
+        """The token and cost budgets in force, and whose they are when not the agent's own.
+
+        A run an agent tool started may spend no more than its parent had left then
+        (`RunState.tree`, `toren.workflows._agent_tools`), nor more than its own limits allow.
+        """
+        tokens: float | None = spec.max_tokens_budget
+        cost = spec.max_cost_usd
+        tree = self._run.tree or {}
+        capped = False
+        for key, own in (("tokens", tokens), ("cost_usd", cost)):
+            cap = tree.get(key)
+            if isinstance(cap, int | float) and (own is None or cap < own):
+                capped = True
+                if key == "tokens":
+                    tokens = cap
+                else:
+                    cost = cap
+        return tokens, cost, " (what its parent run had left)" if capped else ""
 
     def _exceeded(self, what: str) -> RunError:
         spent = self._run.spent

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.converter import value_to_type
 
     from toren.agent._types import RunInput, RunState, ThreadCarry, ThreadInput
+    from toren.workflows._agent_tools import tree_problems
     from toren.workflows._approvals import json_type
 
 __all__ = [
@@ -298,6 +299,11 @@ def _carried(raw: dict[str, Any], state: type[C], what: str, problems: list[str]
     """
     if raw.get("carry") is None:
         return None
+    tree = tree_problems(raw["carry"]) if state is RunState else None
+    if tree is not None and not workflow.info().continued_run_id:
+        # A new agent-tool child: its parent's tree is the one carry it may bring.
+        problems += tree
+        return None if tree else RunState(tree=raw["carry"]["tree"])  # type: ignore[return-value]
     if not workflow.info().continued_run_id:
         problems.append(
             f"'carry' is set by toren when a {what} continues as new; a new {what} may not "

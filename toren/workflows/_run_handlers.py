@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.agent._transcript import page_of
     from toren.agent._types import Answer, Decision, PendingApproval, PendingQuestion, RunState
     from toren.workflows import _approvals as approvals
+    from toren.workflows._agent_tools import CHILD_APPROVAL_SIGNAL, child_path
     from toren.workflows._questions import ANSWER_HELP, Questions
     from toren.workflows._tool_calls import ToolCalls, flow_id
 
@@ -72,8 +73,10 @@ class RunHandlers:
 
     @workflow.query(description="Calls waiting for a decision: call_id, tool, args, since when.")
     def pending_approvals(self) -> list[PendingApproval]:
-        """The calls waiting for a person."""
-        return self._approvals.pending_list()
+        """The calls waiting for a person (and in agent tools' children, with `run_id`, `path`)."""
+        own = self._approvals.pending_list()
+        calls = getattr(self, "_calls", None)
+        return own if calls is None else [*child_path(own, self._run), *calls.agent_tools.waiting()]
 
     @workflow.query(description="Approval signals refused (malformed, unknown call, decided).")
     def refused_signals(self) -> list[dict[str, Any]]:
@@ -136,6 +139,16 @@ class RunHandlers:
             "usage": dict(self._run.usage),
             "pending": len(self._approvals.pending),
         }
+
+    @workflow.signal(name=CHILD_APPROVAL_SIGNAL, description="toren's own: a child run's call "
+                     "started or stopped waiting for a person (agents as tools).")  # fmt: skip
+    def child_approval(self, *payload: Any) -> None:
+        """A call in an agent tool's child started or stopped waiting (`_agent_tools`)."""
+        calls = getattr(self, "_calls", None)
+        if calls is not None:
+            calls.agent_tools.on_child_approval(payload, self._run.refused)
+        else:
+            self._approvals.on_unknown_signal(CHILD_APPROVAL_SIGNAL, list(payload))
 
     # -- questions for a person (`toren.workflows._questions`) -------------------------------
 

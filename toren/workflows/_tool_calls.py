@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallInput,
         ToolCallResult,
     )
+    from toren.workflows._agent_tools import AgentTools
     from toren.workflows._approvals import Approvals
     from toren.workflows._background import Background
     from toren.workflows._eval_calls import EvalRecord
@@ -84,7 +85,9 @@ class ToolCalls:
         self._approvals = approvals
         self._background = background
         self._workspace_lock = asyncio.Lock()
-        self._gate = Gate(run, approvals, self._publish)
+        self.agent_tools = AgentTools(run, background.on_usage, self._publish)
+        """Agents as tools: their children, and the calls waiting in them."""
+        self._gate = Gate(run, approvals, self.agent_tools.relay(self._publish))
         self.questions = Questions(run, approvals, self._publish)
         """Questions the calls ask a person (`ask_human`, `ctx.ask`)."""
         approvals.extra_details = self.questions.details
@@ -165,6 +168,8 @@ class ToolCalls:
 
         if tool.native == "ask_human":
             return made_here(*await self.questions.ask_human(tool, call_id, args))
+        if tool.native and tool.native.startswith("agent:"):
+            return made_here(*await self.agent_tools.call(tool, call_id, args))
         if tool.native:
             text, failed = await self._background.run_native(tool, use_id, args)
             return made_here(text, failed)
@@ -296,7 +301,8 @@ class ToolCalls:
             return result
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
-                raise
+                # The run was cancelled (by a person, or with its parent): it ends cancelled.
+                raise err.cause from None
             return _failed_closed(tool, max_attempts)
         except (ApplicationError, ActivityTimeout):
             # A local activity out of attempts raises its last failure as it is, not wrapped

@@ -3,7 +3,8 @@
 A script is a list of steps; step *i* answers the model call that sees *i* earlier assistant
 messages, so a resumed or retried run gets the same answer. A step is a string (the final
 answer), a dict `{"text": ..., "tool_calls": [{"name": ..., "args": {...}}]}`, or a function of
-the transcript returning either. Text may contain `{last_tool_result}`. When the caller streams
+the transcript returning either. Text may contain `{last_tool_result}`, or `{tool_results}`
+(every result of the last turn, one a line). When the caller streams
 (`ModelRequest.on_delta`), the reply is also sent in chunks of `CHUNK_CHARS`, with a pause of
 the step's `stream_delay_ms` after each.
 
@@ -55,7 +56,8 @@ class ScriptStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str = ""
-    """The reply's text; `{last_tool_result}` is replaced by the last tool result."""
+    """The reply's text; `{last_tool_result}` is replaced by the last tool result,
+    `{tool_results}` by every result of the last turn (one a line)."""
     tool_calls: list[ScriptCall] = Field(default_factory=list)
     """Tool calls the reply makes."""
     stream_delay_ms: float = Field(0, ge=0)
@@ -128,6 +130,13 @@ class ScriptedModel:
         text = str(step.get("text", "")).replace(
             "{last_tool_result}", str(last.get("content", "")) if last else ""
         )
+        if "{tool_results}" in text:  # every result of the last turn, one a line, in call order
+            turn: list[str] = []
+            for message in reversed(request.messages):
+                if message.get("role") != "tool":
+                    break
+                turn.insert(0, str(message.get("content", "")))
+            text = text.replace("{tool_results}", "\n".join(turn))
         calls = []
         for i, call in enumerate(step.get("tool_calls") or []):
             arguments = call.get("arguments")
