@@ -208,10 +208,10 @@ def test_unknown_keys_suggest_the_closest_at_every_level(tmp_path: Path) -> None
             f"{yaml_file}: unknown key 'env.requried'; did you mean 'required'?",
             f"{yaml_file}: unknown key 'sandbox.netwrk'; did you mean 'network'?",
             f"{yaml_file}: unknown key 'processes.p.taskqueue'; did you mean 'task_queue'?",
-            f"{yaml_file}: unknown key 'colour' (known: approvals, builtin_tools, context, "
-            "description, env, handoffs, heartbeatTimeoutS, instructions, limits, maxTokens, mcp_servers, "
-            "model, "
-            "modelRetry, modelSettings, name, output, output_mode, output_model, processes, "
+            f"{yaml_file}: unknown key 'colour' (known: agents, approvals, builtin_tools, "
+            "context, description, env, handoffs, heartbeatTimeoutS, instructions, limits, "
+            "maxTokens, mcp_servers, model, modelRetry, modelSettings, name, output, output_mode, "
+            "output_model, processes, "
             "sandbox, stream, task_queue)",
         ]
     )

@@ -24,7 +24,6 @@ from typing import Annotated, Any, Literal, NamedTuple
 import yaml
 from pydantic import (
     Field,
-    StrictBool,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -41,14 +40,19 @@ from toren.agent._config_blocks import (
     ProcessConfig,
     StreamConfig,
     Strict,
-    env_name_problem,
     matching,
 )
 from toren.agent._context_config import ContextConfig
 from toren.agent._handoff_config import HandoffConfig, handoff_key_problems
 from toren.agent._mcp_config import McpServerConfig, env_names, server_name_problem
 from toren.agent._output_config import output_mode_checked, output_schema_checked
-from toren.agent._problems import also_report, describe, problems_at
+from toren.agent._problems import also_report, describe
+from toren.agent._sandbox_config import (
+    SANDBOX_RESERVED_ENV,
+    SandboxConfig,
+    SandboxLimits,
+    sandbox_env_problem,
+)
 from toren.agent._spec import (
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     MAX_HEARTBEAT_TIMEOUT_S,
@@ -72,60 +76,12 @@ PROVIDER_KEYS: dict[str, str | None] = {
 }
 """Model providers `model:` may name → the env name holding the provider's API key."""
 
-SANDBOX_RESERVED_ENV = ("HOME", "LANG", "PATH", "TOREN_IDEMPOTENCY_KEY")
-"""Names the sandbox sets itself; `sandbox.env` may not pass them in."""
-
 _PARTIAL = "partial"
 """Validation context key: the config is rebuilt from the keys that validated, so checks that
 compare keys (already reported on the whole file) are off."""
 
 _STAND_INS = {"name": "agent", "model": "mock/echo"}
 """What a rebuilt config holds for a required key that failed; never reported or run."""
-
-
-class SandboxLimits(Strict):
-    """The `sandbox.limits` block: what one bash call (or `ctx.run_code`) may use.
-
-    Enforced with rlimits set inside the sandbox before the command starts (see
-    `toren.worker.tools._sandbox._jail`); `toren check` says which are in force on a worker.
-    """
-
-    memory_mb: int = Field(1024, alias="memoryMB", ge=16, le=1_048_576)
-    """MB of private writable memory per process (`RLIMIT_DATA`); also the size of `/tmp`."""
-    cpu_seconds: int = Field(60, alias="cpuSeconds", ge=1, le=86_400)
-    """CPU seconds per process (`RLIMIT_CPU`); the call's `timeout_seconds` bounds wall time."""
-    processes: int = Field(256, ge=8, le=1_000_000)
-    """Processes and threads alive at once in one call (`RLIMIT_NPROC`, or polled as root)."""
-    file_size_mb: int = Field(512, alias="fileSizeMB", ge=1, le=1_048_576)
-    """MB of the largest file a process may write (`RLIMIT_FSIZE`)."""
-    workspace_mb: int = Field(1024, alias="workspaceMB", ge=1, le=1_048_576)
-    """MB the run's workspace may grow to; checked during and after each call."""
-
-
-class SandboxConfig(Strict):
-    """The `sandbox:` block: `true` means all defaults, `false` (the default) no sandbox.
-
-    Its `env` names are checked against the agent's `env` by `AgentConfig`.
-    """
-
-    network: StrictBool = False
-    """Share the worker's network; otherwise the sandbox has only its own loopback."""
-    approval: Literal["always", "never"] = "always"
-    """bash's approval policy (the file tools never ask)."""
-    env: list[str] = Field(default_factory=list)
-    """Declared env names whose values are passed into the sandbox."""
-    unconfined: StrictBool = False
-    """The agent accepts running bash without bwrap if the operator also allows it."""
-    limits: SandboxLimits = Field(default_factory=SandboxLimits)  # type: ignore[arg-type]
-    """What one call may use: memory, CPU, processes, file and workspace size."""
-
-    @field_validator("env")
-    @classmethod
-    def _passable(cls, names: list[str]) -> list[str]:
-        problems = [p for p in map(_sandbox_env_problem, names) if p]
-        if problems:
-            raise problems_at(None, problems, names)
-        return names
 
 
 class AgentConfig(Strict):
@@ -250,7 +206,7 @@ class AgentConfig(Strict):
         names = value.get("env")
         problems = []
         if env is not None and isinstance(names, list):
-            passable = (n for n in names if isinstance(n, str) and not _sandbox_env_problem(n))
+            passable = (n for n in names if isinstance(n, str) and not sandbox_env_problem(n))
             problems = _undeclared(env, passable)
         return also_report(lambda: handler(value), "env", problems, names)
 
@@ -386,15 +342,6 @@ def read_config(path: Path) -> ConfigRead:
 
 def _stand_in() -> AgentConfig:
     return AgentConfig.model_validate(_STAND_INS, context={_PARTIAL: True})
-
-
-def _sandbox_env_problem(name: str) -> str | None:
-    problem = env_name_problem(name)
-    if problem:
-        return problem
-    if name in SANDBOX_RESERVED_ENV:
-        return f"{name!r} is set by the sandbox itself; remove it"
-    return None
 
 
 def _partial(info: ValidationInfo) -> bool:

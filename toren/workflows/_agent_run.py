@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._handoff import take_handoff
     from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._model_step import call_model
-    from toren.workflows._origin import provenance, start_fork, steps_before
+    from toren.workflows._origin import headline, start_fork, steps_before
     from toren.workflows._output import final_result, output_item
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
@@ -209,17 +209,7 @@ class AgentRun(RunHandlers):
 
     def _headline(self) -> str:
         """What a person sees first in the Web UI: which agent, asked what, how far."""
-        if not hasattr(self, "_input"):
-            return ""
-        prompt = self._input.prompt.strip().splitlines()[0] if self._input.prompt.strip() else ""
-        if len(prompt) > 160:
-            prompt = prompt[:157] + "..."  # ASCII: see `Approvals.details`
-        run = self._run
-        return (
-            f"**{self._input.agent}**: {prompt}\n\n"
-            f"step {run.step}, {run.tool_calls} tool calls, run {run.runs} of its chain"
-            + provenance(self._run)
-        )
+        return headline(self._input, self._run) if hasattr(self, "_input") else ""
 
     @property
     def _spec(self) -> AgentSpec:

@@ -13,9 +13,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from toren.agent._types import RunState
+    from toren.agent._types import RunInput, RunState
 
-__all__ = ["provenance", "start_fork", "steps_before"]
+__all__ = ["headline", "provenance", "start_fork", "steps_before"]
 
 Message = dict[str, Any]
 
@@ -57,3 +57,15 @@ def provenance(run: RunState) -> str:
     if version is not None:
         said += f"; on version {version.to_canonical_string()}"
     return said
+
+
+def headline(input: RunInput, run: RunState) -> str:
+    """What a person sees first in the Web UI: which agent, asked what, how far, from where."""
+    prompt = input.prompt.strip().splitlines()[0] if input.prompt.strip() else ""
+    if len(prompt) > 160:
+        prompt = prompt[:157] + "..."  # ASCII: see `Approvals.details`
+    return (
+        f"**{input.agent}**: {prompt}\n\n"
+        f"step {run.step}, {run.tool_calls} tool calls, run {run.runs} of its chain"
+        + provenance(run)
+    )
