@@ -77,6 +77,29 @@ async def test_child_answers_as_the_tool_result_and_is_a_child_workflow(
     assert result.usage["input_tokens"] > child_result["usage"]["input_tokens"]
     assert result.steps == own_calls
     assert not task_failures(await fetch_history(client, handle.id))
+    # `toren events`: the child's own log nested under the call that started it; --flat: not.
+    nested = await toren_client.nested_events(client, handle.id)
+    started = next(i for i, e in enumerate(nested) if e["type"] == "ProcessStarted")
+    assert nested[started]["runId"] == child_id
+    inner = nested[started + 1 :]
+    child_log = [e for e in inner if e.get("depth") == 1]
+    assert child_log[0]["type"] == "RunStarted" and child_log[0]["parentRun"] == handle.id
+    assert child_log[-1]["type"] == "RunCompleted"
+    assert child_log[-1]["text"] == "the answer is 42"
+    assert inner[: len(child_log)] == child_log  # right after the start, before the parent goes on
+    out = subprocess.run(
+        [sys.executable, "-m", "toren.cli", "events", handle.id],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "  │ RunCompleted" in out.stdout and 'text="the answer is 42"' in out.stdout
+    flat = subprocess.run(
+        [sys.executable, "-m", "toren.cli", "events", handle.id, "--flat"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host},
+    )  # fmt: skip
+    assert flat.returncode == 0 and "│" not in flat.stdout and "ProcessStarted" in flat.stdout
 
 
 async def test_two_agent_tools_in_one_turn_run_at_once_and_answer_in_call_order(

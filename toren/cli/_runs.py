@@ -26,6 +26,7 @@ from toren.cli._common import codec_settings, connect
 from toren.cli._live_print import LivePrinter
 from toren.cli._watch import pasteable, toren_command, watch
 from toren.client._events import EventStream, format_event
+from toren.client._nested import nested_events
 from toren.client._readable import ensure_readable
 from toren.errors import UsageError
 
@@ -87,6 +88,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("run_id")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    p.add_argument(
+        "--flat", action="store_true", help="leave out child runs' events (nested by default)"
+    )
     p.set_defaults(handler=cmd_events)
 
     p = sub.add_parser(
@@ -220,7 +224,8 @@ async def cmd_events(args: argparse.Namespace) -> int:
     if args.follow:
         await ensure_readable(client, args.run_id)  # the live log would show garbled events
         return await _follow(client, args.run_id, as_json=args.json, show_help=False)
-    for event in await toren_client.events(client, args.run_id):
+    read = toren_client.events if args.flat else nested_events
+    for event in await read(client, args.run_id):
         print(json.dumps(event) if args.json else format_event(event))
     return 0
 

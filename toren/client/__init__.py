@@ -50,6 +50,7 @@ from toren.client._eval_report import table as eval_table
 from toren.client._fork import copy_workspace, fork_point
 from toren.client._history import chain_of, events, first_run, histories, workspace_version
 from toren.client._inbox import InboxItem, QuestionItem, inbox, pending, question_inbox
+from toren.client._nested import nested_events
 from toren.client._output import typed_output
 from toren.client._questions import answer, pending_questions
 from toren.client._replay import ReplayCheck, replay
@@ -108,6 +109,7 @@ __all__ = [
     "histories",
     "inbox",
     "messages",
+    "nested_events",
     "pending",
     "replay",
     "run_agent",

@@ -276,7 +276,8 @@ def render(
 def format_event(event: Event) -> str:
     """One line for a terminal: time, type, and the fields that matter."""
     at = str(event.get("at", ""))[11:23]
-    fields = {k: v for k, v in event.items() if k not in ("type", "at") and v not in (None, "")}
+    hidden = ("type", "at", "depth", "parentRun")
+    fields = {k: v for k, v in event.items() if k not in hidden and v not in (None, "")}
     parts = []
     for key, value in fields.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -287,4 +288,5 @@ def format_event(event: Event) -> str:
             if isinstance(value, str) and " " not in text
             else f"{key}={json.dumps(text) if isinstance(value, str) else text}"
         )
-    return f"{at}  {event['type']:<18} " + " ".join(parts)
+    indent = "  │ " * int(event.get("depth") or 0)  # a child run's event (`_nested`)
+    return f"{at}  {indent}{event['type']:<18} " + " ".join(parts)
