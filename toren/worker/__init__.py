@@ -232,10 +232,13 @@ async def run_worker(
                 loop.add_signal_handler(sig, stop.set)
                 opened.callback(loop.remove_signal_handler, sig)
         for name, loaded in runtime.agents.items():
+            # A handoff target loaded only as one is served on the queues that hand off to it.
+            queues = [q for q, on in runtime.task_queues().items() if any(a is loaded for a in on)]
             log.info(
-                "serving agent %r on task queue %r with model %s and tools: %s",
+                "serving agent %r on task queue%s %s with model %s and tools: %s",
                 name,
-                loaded.agent.task_queue,
+                "s" if len(queues) > 1 else "",
+                ", ".join(map(repr, queues)),
                 loaded.model,
                 ", ".join(loaded.agent.tools) or "none",
             )
