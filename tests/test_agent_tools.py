@@ -247,6 +247,12 @@ async def test_a_childs_approval_is_decided_through_the_parent(
         ("approval_decided", child_id, [parent.name, child.name, "gated"]),
     ]
     assert live[1]["approved"] is True and live[1]["by"] == "ops"
+    # The child's word to its parent is no refused signal in the parent's log; the child's own
+    # log, nested under the call, has the approval.
+    nested = await toren_client.nested_events(client, handle.id)
+    assert not [e for e in nested if e["type"] == "SignalRefused"]
+    [resolved] = [e for e in nested if e["type"] == "ApprovalResolved"]
+    assert resolved["depth"] == 1 and resolved["by"] == "ops"
 
 
 async def _approval_items(client: Client, run_id: str) -> list[dict[str, Any]]:

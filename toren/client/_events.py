@@ -54,6 +54,7 @@ from toren.client._render_run import MODEL_ACTIVITY, RunEvents
 from toren.client._render_threads import ThreadEvents
 from toren.client._render_tools import ToolEvents
 from toren.errors import CodecServerError
+from toren.workflows._agent_tools import CHILD_APPROVAL_SIGNAL
 from toren.workflows._output import OUTPUT_REJECTED
 from toren.workflows._thread_inbox import THREAD_SIGNALS
 
@@ -233,6 +234,8 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents, QuestionEve
     def _signal(self, event: HistoryEvent, name: str, values: list[Any], identity: str) -> None:
         if name == STREAM_PUBLISH_SIGNAL:
             return  # live output (`toren.worker._live`), not an event of the run
+        if name == CHILD_APPROVAL_SIGNAL:
+            return  # a child's call waiting or decided: the child's own (nested) log has it
         if name in THREAD_SIGNALS and self.thread:
             self._thread_signal(event, name, values, identity)
         elif name == "answer":
