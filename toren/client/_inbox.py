@@ -6,6 +6,8 @@ Found through toren's `TorenStatus` search attribute (a run with a waiting call 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -17,7 +19,7 @@ from toren.client._questions import pending_questions
 from toren.connect import _search_attributes as search_attributes
 from toren.errors import UndecodablePayloadError
 
-__all__ = ["InboxItem", "QuestionItem", "inbox", "pending", "question_inbox"]
+__all__ = ["InboxItem", "QuestionItem", "inbox", "pending", "question_inbox", "waiting"]
 
 
 async def pending(client: Client, run_id: str) -> list[PendingApproval]:
@@ -90,6 +92,47 @@ async def question_inbox(client: Client, agent: str | None = None) -> list[Quest
         name = execution.typed_search_attributes.get(search_attributes.AGENT_KEY) or ""
         items += [QuestionItem(run_id=execution.id, agent=name, question=q) for q in questions]
     return sorted(items, key=lambda i: i.question.asked_at)
+
+
+async def waiting(
+    client: Client, agents: Iterable[str] | None = None
+) -> tuple[list[InboxItem], list[QuestionItem]]:
+    """Every waiting call and question of `agents` (`None`: all), from one visibility listing.
+
+    Each waiting run is asked for both (a few at once); a run that finished since the listing,
+    or whose worker asks no questions, adds what it answered.
+    """
+    wanted = None if agents is None else sorted(set(agents))
+    if wanted == []:
+        return [], []
+    query = _waiting_query(None)
+    if wanted is not None:
+        clauses = [search_attributes.agent_clause(a) for a in wanted]  # checks each name
+        query += f" AND ({' OR '.join(clauses)})"
+    limit = asyncio.Semaphore(8)
+
+    async def ask(run_id: str, name: str) -> tuple[list[InboxItem], list[QuestionItem]]:
+        async with limit:
+            calls: list[InboxItem] = []
+            questions: list[QuestionItem] = []
+            try:
+                calls = [InboxItem(run_id, name, c) for c in await pending(client, run_id)]
+                found = await pending_questions(client, run_id, timeout=5)
+                questions = [QuestionItem(run_id, name, q) for q in found]
+            except UndecodablePayloadError:
+                raise
+            except Exception:  # finished since the listing, or a worker that asks no questions
+                pass
+            return calls, questions
+
+    asks = [
+        ask(e.id, e.typed_search_attributes.get(search_attributes.AGENT_KEY) or "")
+        async for e in client.list_workflows(query)
+    ]
+    answers = await asyncio.gather(*asks)
+    calls = sorted((c for a in answers for c in a[0]), key=lambda i: i.call.requested_at)
+    questions = sorted((q for a in answers for q in a[1]), key=lambda i: i.question.asked_at)
+    return calls, questions
 
 
 def _waiting_query(agent: str | None) -> str:

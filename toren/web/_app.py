@@ -10,13 +10,15 @@ from collections.abc import Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from temporalio.client import Client
 
 from toren.connect._codec import CodecSettings
 from toren.web._auth import Token, authorize, parse_tokens
 from toren.web._errors import answer, error_response
+from toren.web._inbox_feed import InboxWatcher, inbox_events
+from toren.web._listing import Listing
 from toren.web._openapi import openapi
 from toren.web._routes import Handlers
 
@@ -80,7 +82,10 @@ def create_app(
     """
     if tokens is None:
         tokens = parse_tokens(os.environ.get("TOREN_WEB_TOKENS"))
-    api = Handlers(_Connection(client, codec))
+    connection = _Connection(client, codec)
+    api = Handlers(connection)
+    listing = Listing(connection)
+    watcher = InboxWatcher(connection)
     document = openapi()
 
     async def schema(request: Request) -> Response:
@@ -110,8 +115,25 @@ def create_app(
             endpoint = functools.partial(handler, thread_only=thread_only)
             routes.append(route(f"{prefix}/{{id}}{path}", endpoint, method))
 
+    async def inbox_stream(request: Request) -> Response:
+        return StreamingResponse(
+            inbox_events(watcher, request.state.access),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    # The console's reads (issue 35): who the token is, its agents, the run list, the inbox live.
+    routes += [
+        route("/v1/me", listing.me, "GET"),
+        route("/v1/agents", listing.agents, "GET"),
+        route("/v1/runs", listing.runs, "GET"),
+        route("/v1/inbox/stream", inbox_stream, "GET"),
+    ]
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return error_response(exc.status_code, exc.detail)
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    app.state.inbox_watcher = watcher  # one per app: every inbox stream of it shares it
+    return app

@@ -16,6 +16,7 @@ from toren.agent._question_types import PendingQuestion
 from toren.agent._types import Decision, PendingApproval
 
 __all__ = [
+    "AgentList",
     "Answer",
     "AnswerOut",
     "AnswerQuestion",
@@ -25,12 +26,15 @@ __all__ = [
     "EventList",
     "InboxEntry",
     "InboxList",
+    "Me",
     "MessageList",
     "PendingList",
     "QuestionEntry",
     "Queued",
+    "RunList",
     "RunStarted",
     "RunStatus",
+    "RunSummary",
     "SendMessage",
     "StartRun",
     "StartThread",
@@ -224,3 +228,48 @@ class QuestionEntry(BaseModel):
 
 
 InboxList.model_rebuild()  # its `questions` names `QuestionEntry`, defined above
+
+
+# -- the console's reads: who am I, which agents, which runs -----------------------------------
+
+
+class Me(BaseModel):
+    """`GET /v1/me`: what the request's token is."""
+
+    identity: str | None
+    """The token's name (`alice@token`): its decisions are by it; `null` for an unnamed one."""
+    agents: list[str] | None
+    """The agents it may touch, sorted; `null`: every agent."""
+    open: bool
+    """The server runs without tokens: anyone may do anything."""
+
+
+class AgentList(BaseModel):
+    """`GET /v1/agents`: the agents this token may see, sorted."""
+
+    agents: list[str]
+
+
+class RunSummary(BaseModel):
+    """One run or thread, as Temporal's visibility lists it (no history is read)."""
+
+    run_id: str
+    agent: str
+    """The `TorenAgent` search attribute ("" when the run has none)."""
+    workflow_type: str
+    """`AgentRun` or `AgentThread`."""
+    status: str
+    """running, waiting, completed, failed, canceled, terminated or timed_out."""
+    waiting: int
+    """How many calls wait for a decision (`TorenPendingApprovals`; 0 once closed)."""
+    started_at: str
+    closed_at: str | None = None
+    prompt: str = ""
+    """The first line of the prompt, when visibility holds it (toren sets no memo yet: "")."""
+
+
+class RunList(BaseModel):
+    """`GET /v1/runs`: newest first; `next` fetches the page after (`null`: the last page)."""
+
+    runs: list[RunSummary]
+    next: str | None = None
