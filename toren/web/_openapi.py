@@ -8,6 +8,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from toren.web import _models as m
+from toren.web._listing import MAX_LIMIT, STATUSES, TYPES
 
 __all__ = ["openapi"]
 
@@ -17,6 +18,7 @@ _REQUESTS: tuple[type[BaseModel], ...] = (
 _RESPONSES: tuple[type[BaseModel], ...] = (
     m.Error, m.RunStarted, m.ThreadStarted, m.RunStatus, m.PendingList, m.InboxList,
     m.DecisionOut, m.EventList, m.MessageList, m.Answer, m.Queued, m.AnswerOut,
+    m.Me, m.AgentList, m.RunList,
 )  # fmt: skip
 _ERRORS = {
     "400": "a malformed request (the field is named)",
@@ -51,6 +53,84 @@ _SSE_EVENT = {
     },
 }
 """One Server-Sent Event of a stream (`toren.web._sse`)."""
+
+
+_INBOX_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "event": {"type": "string", "description": "always `message`"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/InboxList"},
+            "description": "what waits for a person that this token may see (`InboxList`)",
+        },
+    },
+}
+"""One event of the inbox stream (`toren.web._inbox_feed`)."""
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+def _console_paths() -> dict[str, Any]:
+    """The console's reads: who the token is, its agents, the live inbox."""
+    return {
+        "/v1/me": {
+            "get": _op(
+                "the token's name, the agents it may touch (null: all), whether the server is open",
+                {"200": _json(m.Me, "ok")},
+                errors=("401",),
+            )
+        },
+        "/v1/agents": {
+            "get": _op(
+                "the agents this token may see: its own, or those of runs of the last 30 days",
+                {"200": _json(m.AgentList, "ok")},
+                errors=("401",),
+            )
+        },
+        "/v1/inbox/stream": {
+            "get": _op(
+                "the inbox as Server-Sent Events: now, then on each change",
+                {
+                    "200": {
+                        "description": "Server-Sent Events, each `data` an `InboxList`",
+                        "content": {"text/event-stream": {"schema": _INBOX_EVENT}},
+                    }
+                },
+                errors=("401",),
+            )
+        },
+    }
+
+
+def _run_list() -> dict[str, Any]:
+    """`GET /v1/runs`: its filters, as `toren.web._listing` checks them."""
+    return _op(
+        "runs and threads from visibility, newest first, a page at a time",
+        {"200": _json(m.RunList, "ok")},
+        params=[
+            _query("agent", "only this agent's", {"type": "string", "pattern": m.AGENT,
+                                                  "maxLength": 100}),
+            _query("status", "only runs in this state", {"type": "string",
+                                                          "enum": list(STATUSES)}),
+            _query("type", "only runs or only threads", {"type": "string", "enum": list(TYPES)}),
+            _query("limit", "at most this many (default 50)",
+                   {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+            _query("next", "the `next` of the page before",
+                   {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,4000}={0,2}$"}),
+        ],
+        errors=("400", "401", "403"),
+    )  # fmt: skip
 
 
 def _ref(model: type[BaseModel]) -> dict[str, Any]:
@@ -169,7 +249,7 @@ def openapi() -> dict[str, Any]:
         ref_template="#/components/schemas/{model}",
     )
     paths: dict[str, Any] = {
-        "/v1/runs": _start("run", m.StartRun, m.RunStarted),
+        "/v1/runs": {**_start("run", m.StartRun, m.RunStarted), "get": _run_list()},
         "/v1/threads": _start("thread", m.StartThread, m.ThreadStarted),
         "/v1/threads/{id}/messages": {
             "post": _op(
@@ -200,6 +280,7 @@ def openapi() -> dict[str, Any]:
                 errors=("400", "401", "403"),
             )
         },
+        **_console_paths(),
         **_workflow_paths("/v1/runs", "run"),
         **_workflow_paths("/v1/threads", "thread"),
     }
