@@ -4,6 +4,7 @@ soon a subscriber sees a provider's first token.
 ```bash
 .venv/bin/python -m bench.perf.streaming                  # 10 turns, 3 repeats, 2,000-token answer
 .venv/bin/python -m bench.perf.streaming --turns 20 --repeats 5
+.venv/bin/python -m bench.perf.streaming --only sse       # the SSE readers alone
 ```
 
 Two workloads, each run with `stream: false`, and with `stream: {batchMs: 200}` (the default):
@@ -17,6 +18,12 @@ Two workloads, each run with `stream: false`, and with `stream: {batchMs: 200}` 
   and the time from the server writing its first chunk to `toren.client.stream` yielding the
   first `text_delta` (median over repeats), with nobody reading the stream and with one reader
   (a reader reads by query, which history does not record).
+
+- SSE readers: a run parks on a call that needs approval while 1, then 20, clients read its
+  `/v1/runs/{id}/stream` from `toren serve`'s app (uvicorn on a free port, over real HTTP).
+  Once each has the run's first items, the call is approved with `POST .../decisions`.
+  Reported: the run's history events and bytes (readers read by query: the same for 1 and 20),
+  the decision's round trip, and the time until every reader has seen its `approval_decided`.
 
 It starts its own dev server (SQLite in a temp dir, free ports) and a worker in this process.
 """
@@ -34,11 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+import uvicorn
 import yaml
 
 from toren import client as toren_client
 from toren.connect import connect
 from toren.testing import FAST_DISPATCH, DevServer, free_port
+from toren.web import Token, create_app
 from toren.worker import serve
 from toren.worker.models._openai import OpenAIModel
 
@@ -46,6 +56,12 @@ TOOL = textwrap.dedent(
     """
     from toren import define_tool
     tool = define_tool(description="No-op.", handler=lambda a, c: "x" * 200)
+    """
+)
+GATED = textwrap.dedent(
+    """
+    from toren import define_tool
+    tool = define_tool(description="Needs a person.", approval="always", handler=lambda a, c: "ok")
     """
 )
 ANSWER_CHUNKS = 400
@@ -201,18 +217,93 @@ async def long_answer(client: Any, root: Path, repeats: int) -> None:
     server.close()
 
 
+async def sse_reader(
+    http: httpx.AsyncClient, run_id: str, started: asyncio.Event, seen: list[float]
+) -> None:
+    """One SSE client of the run's stream: notes when it saw the decision."""
+    async with http.stream("GET", f"/v1/runs/{run_id}/stream") as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            started.set()
+            if json.loads(line[6:]).get("type") == "approval_decided":
+                seen.append(time.monotonic())
+
+
+async def sse_readers(client: Any, root: Path, repeats: int) -> None:
+    name = "bench_sse"
+    script = [{"tool_calls": [{"id": "g1", "name": "gated", "args": {}}]}, "done"]
+    folder = agent(root, name, script, {"batchMs": 200}, "mock/scripted")
+    (folder / "tools" / "gated.py").write_text(GATED)
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(client, tokens=[Token("bench")]), port=port, log_level="error")
+    )
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.05)
+    print("\nSSE readers of one parked run, through toren serve's app; the call approved")
+    print(f"{'readers':>8}{'events':>8}{'history B':>11}{'decide ms':>11}{'all saw ms':>12}")
+    headers = {"Authorization": "Bearer bench"}
+    async with (
+        serve(client, [folder]),
+        httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60,
+            limits=httpx.Limits(max_connections=100),
+        ) as http,
+    ):  # fmt: skip
+        for readers in (1, 20):
+            sizes, counts, decides, seens = [], [], [], []
+            for _ in range(repeats):
+                r = await http.post("/v1/runs", json={"agent": name, "prompt": "go"})
+                run_id = r.json()["run_id"]
+                while not (await http.get(f"/v1/runs/{run_id}/pending")).json()["pending"]:
+                    await asyncio.sleep(0.05)
+                started = [asyncio.Event() for _ in range(readers)]
+                seen: list[float] = []
+                tasks = [
+                    asyncio.create_task(sse_reader(http, run_id, event, seen)) for event in started
+                ]
+                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 60)
+                sent = time.monotonic()
+                decided = await http.post(
+                    f"/v1/runs/{run_id}/decisions", json={"call_id": "g1", "approve": True}
+                )
+                decides.append((time.monotonic() - sent) * 1000)
+                assert decided.status_code == 200, decided.text
+                await asyncio.wait_for(asyncio.gather(*tasks), 60)  # each ends after the run
+                seens.append((max(seen) - sent) * 1000 if len(seen) == readers else float("nan"))
+                size, events = await history_bytes(client, run_id)
+                sizes.append(size)
+                counts.append(events)
+            print(
+                f"{readers:>8}{statistics.median(counts):>8.0f}{statistics.median(sizes):>11.0f}"
+                f"{statistics.median(decides):>11.0f}{statistics.median(seens):>12.0f}"
+            )
+    server.should_exit = True
+    await serving
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--only", default="scripted,long,sse", help="which workloads (comma-separated)"
+    )
     args = parser.parse_args()
+    only = set(args.only.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         dev = DevServer(Path(tmp) / "server", dynamic_config=FAST_DISPATCH)
         dev.start()
         try:
             client = await connect(target_host=dev.address)
-            await scripted(client, Path(tmp), args.turns, args.repeats)
-            await long_answer(client, Path(tmp), args.repeats)
+            if "scripted" in only:
+                await scripted(client, Path(tmp), args.turns, args.repeats)
+            if "long" in only:
+                await long_answer(client, Path(tmp), args.repeats)
+            if "sse" in only:
+                await sse_readers(client, Path(tmp), args.repeats)
         finally:
             dev.stop()
     print(f"\npython {sys.version.split()[0]}; medians over {args.repeats} runs")
