@@ -141,6 +141,8 @@ async def test_runs_are_listed_filtered_paged_and_scoped(
             "limit=0": "limit",
             "limit=101": "limit",
             "limit=ten": "limit",
+            "limit=\u00b2": "limit",  # a superscript 2: digits 0-9 only
+            "limit=\u0663": "limit",  # an Arabic-Indic 3
             "next=not%20a%20token": "next",
             "next=AAAA": "next",  # base64, but no page token of Temporal's
         }
