@@ -25,7 +25,14 @@ MAX_HASHED_BYTES = 16 * 1024 * 1024
 
 _NOT_DEFINITION = ("search_attributes", "digest")
 """Spec fields that are no part of the agent's definition."""
-_ADDED_LATER = {"output_schema": None, "output_name": "", "max_output_retries": 2}
+_ADDED_LATER: dict[str, object] = {
+    "output_schema": None,
+    "output_name": "",
+    "max_output_retries": 2,
+    "handoffs": {},
+    "agents": {},
+    "max_parallel_agents": 4,
+}
 """Spec fields added after digests existed, left out while at these defaults: an agent that
 does not use them keeps the digest it had (a toren upgrade alone is no new definition)."""
 
