@@ -20,8 +20,11 @@ export function errorText(status, data) {
   return data && data.field ? `${message} (field: ${data.field})` : message;
 }
 
-function unauthorized(status) {
-  if (status === 401) window.dispatchEvent(new Event("toren:unauthorized"));
+// A 401 asks for a token, unless the request went out with a token since replaced.
+function unauthorized(status, sent) {
+  if (status === 401 && (sent.Authorization || "") === (headers().Authorization || "")) {
+    window.dispatchEvent(new Event("toren:unauthorized"));
+  }
 }
 
 // One API call: {ok, status, data, error}. `error` is the API's own `error` text.
@@ -38,7 +41,7 @@ export async function request(method, path, body) {
     return { ok: false, status: 0, data: null, error: `the server did not answer (${err.message})` };
   }
   const data = await res.json().catch(() => null);
-  unauthorized(res.status);
+  unauthorized(res.status, init.headers);
   if (!res.ok) return { ok: false, status: res.status, data, error: errorText(res.status, data) };
   return { ok: true, status: res.status, data };
 }
@@ -75,10 +78,11 @@ export function follow(path, onItem, onState = () => {}) {
       try {
         const extra = { Accept: "text/event-stream" };
         if (lastId !== null) extra["Last-Event-ID"] = lastId;
-        const res = await fetch(path, { headers: headers(extra), signal: abort.signal });
+        const sent = headers(extra);
+        const res = await fetch(path, { headers: sent, signal: abort.signal });
         if (!res.ok) {
           const data = await res.json().catch(() => null);
-          unauthorized(res.status);
+          unauthorized(res.status, sent);
           onState({ error: errorText(res.status, data), status: res.status });
           if (res.status >= 400 && res.status < 500) return; // refused: retrying will not help
         } else {

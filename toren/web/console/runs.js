@@ -87,6 +87,10 @@ const SHOWN = {
   MessageReceived: ["content"], MessageAnswered: ["text", "agent"],
   RunCompleted: ["text", "output"], RunFailed: ["error", "kind"],
 };
+const FORMAT = {
+  toolCalls: (calls) => calls.map((c) => `${c.name}(${c.arguments ?? JSON.stringify(c.args ?? {})})`).join("\n"),
+  usage: (u) => `${u.input_tokens ?? "?"} in, ${u.output_tokens ?? "?"} out`,
+};
 const HIDDEN = new Set(["type", "at", "depth", "parentRun"]);
 
 function eventItem(e, started) {
@@ -95,7 +99,8 @@ function eventItem(e, started) {
   for (const k of keys) {
     const v = e[k];
     if (v === undefined || v === null || v === "" || (Array.isArray(v) && !v.length)) continue;
-    facts.append(h("dt", {}, k), h("dd", {}, typeof v === "object" ? h("pre", {}, json(v)) : String(v)));
+    const shown = FORMAT[k] ? FORMAT[k](v) : v;
+    facts.append(h("dt", {}, k), h("dd", {}, typeof shown === "object" ? h("pre", {}, json(shown)) : String(shown)));
   }
   const begun = started.get(`${e.type.replace("Completed", "Started")}:${e.callId ?? e.step}`);
   const took = begun && e.type.endsWith("Completed") ? `${new Date(e.at) - new Date(begun)} ms` : "";

@@ -11,7 +11,7 @@ export function h(tag, props = {}, ...children) {
     else if (key === "value") el.value = value;
     else el.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== null && child !== undefined && child !== false) el.append(child);
   }
   return el;
