@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from toren.connect._codec import CodecSettings
 from toren.web._auth import Token, authorize, parse_tokens
+from toren.web._console import Console
 from toren.web._errors import answer, error_response
 from toren.web._inbox_feed import InboxWatcher, inbox_events
 from toren.web._listing import Listing
@@ -95,6 +96,12 @@ def create_app(
         return Route(path, _guarded(handler, tokens), methods=[method])
 
     routes = [Route("/v1/openapi.json", schema, methods=["GET"])]
+    # The console (static files, no token: every API call the page makes sends one).
+    console = Console()
+    routes += [
+        Route("/", console.index, methods=["GET"]),
+        Route("/console/{path}", console.asset, methods=["GET"]),
+    ]
     routes += [
         route("/v1/runs", api.start_run, "POST"),
         route("/v1/threads", api.start_thread, "POST"),
