@@ -24,10 +24,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 from temporalio.client import Client
 
 from tests import browser
@@ -36,7 +32,6 @@ from tests.test_approvals import PAY, paid
 from toren import client as toren_client
 from toren.testing import free_port
 from toren.web import Token, create_app
-from toren.web._auth import Access, authorize
 from toren.worker import serve
 
 pytestmark = pytest.mark.skipif(
@@ -50,118 +45,13 @@ ADMIN = "alice-console-token"
 """A named token for every agent: its decisions are by alice."""
 
 
-# -- stand-ins --------------------------------------------------------------------------------
-# STAND-INS for the console-api branch's endpoints (`GET /v1/me`, `GET /v1/agents`,
-# `GET /v1/runs`, `GET /v1/inbox/stream`), added to the test app ONLY when the app has no route
-# of that path and method, so once the real ones land these tests run against them. Minimal:
-# the runs list filters by agent and type only and has no paging; the inbox stream re-reads
-# `GET /v1/inbox` every half second and sends it when it changed.
-
-
-def _has(app: Starlette, path: str) -> bool:
-    return any(
-        isinstance(r, Route) and r.path == path and "GET" in (r.methods or ()) for r in app.routes
-    )
-
-
-def add_stand_ins(app: Starlette, client: Client, tokens: list[Token]) -> list[str]:
-    """Add the missing contract endpoints; returns the paths it stood in for."""
-
-    def access(request: Request) -> Access | None:
-        return authorize(tokens, request.headers.get("authorization"))
-
-    def refused() -> Response:
-        return JSONResponse({"error": "a bearer token is required", "field": None}, 401)
-
-    async def me(request: Request) -> Response:
-        if (a := access(request)) is None:
-            return refused()
-        agents = sorted(a.agents) if a.agents is not None else None
-        return JSONResponse({"identity": a.identity, "agents": agents, "open": a.open})
-
-    async def visible_runs(a: Access, agent: str | None, kind: str | None) -> list[dict[str, Any]]:
-        query = 'WorkflowType IN ("AgentRun", "AgentThread")'
-        if kind:
-            query = f'WorkflowType = "{"AgentThread" if kind == "thread" else "AgentRun"}"'
-        names = [agent] if agent else sorted(a.agents) if a.agents is not None else None
-        if names is not None:
-            query += " AND TorenAgent IN (" + ", ".join(json.dumps(n) for n in names) + ")"
-        runs = []
-        async for w in client.list_workflows(query, limit=100):
-            attrs = w.search_attributes
-            agent_of = str((attrs.get("TorenAgent") or [""])[0])
-            if not a.allows(agent_of):
-                continue
-            toren_status = str((attrs.get("TorenStatus") or [""])[0])
-            runs.append(
-                {
-                    "run_id": w.id,
-                    "agent": agent_of,
-                    "workflow_type": w.workflow_type,
-                    "status": w.status.name.lower() if w.status else "running",
-                    "waiting": toren_status == "waiting_approval",
-                    "started_at": w.start_time.isoformat(),
-                    "closed_at": w.close_time.isoformat() if w.close_time else None,
-                    "prompt": "",
-                }
-            )
-        return runs
-
-    async def agents(request: Request) -> Response:
-        if (a := access(request)) is None:
-            return refused()
-        found = {r["agent"] for r in await visible_runs(a, None, None)}
-        names = sorted(a.agents) if a.agents is not None else sorted(n for n in found if n)
-        return JSONResponse({"agents": names})
-
-    async def runs(request: Request) -> Response:
-        if (a := access(request)) is None:
-            return refused()
-        agent = request.query_params.get("agent") or None
-        if agent is not None and not a.allows(agent):
-            return JSONResponse({"error": f"may not touch {agent!r}", "field": "agent"}, 403)
-        found = await visible_runs(a, agent, request.query_params.get("type") or None)
-        return JSONResponse({"runs": found, "next": None})
-
-    async def inbox_stream(request: Request) -> Response:
-        if access(request) is None:
-            return refused()
-        headers = {"authorization": request.headers.get("authorization", "")}
-
-        async def events() -> AsyncIterator[str]:
-            last = None
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://in") as http:
-                while True:
-                    now = (await http.get("/v1/inbox", headers=headers)).text
-                    if now != last:
-                        last = now
-                        yield f"data: {now}\n\n"
-                    await asyncio.sleep(0.5)
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-    added = []
-    for path, handler in (
-        ("/v1/me", me),
-        ("/v1/agents", agents),
-        ("/v1/runs", runs),
-        ("/v1/inbox/stream", inbox_stream),
-    ):
-        if not _has(app, path):
-            app.router.routes.append(Route(path, handler, methods=["GET"]))
-            added.append(path)
-    return added
-
-
 # -- the server and the browser -----------------------------------------------------------------
 
 
 @asynccontextmanager
 async def console(client: Client, tokens: list[Token]) -> AsyncIterator[str]:
-    """The app (with any stand-ins) under uvicorn on a free port, in this event loop."""
+    """The app under uvicorn on a free port, in this event loop."""
     app = create_app(client, tokens=tokens)
-    add_stand_ins(app, client, tokens)
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=2
@@ -238,14 +128,22 @@ class Page:
 
         return self.until(found, f"the inbox card of {call_id} in {run_id}")
 
-    def event(self, type_: str, containing: str = "") -> WebElement:
-        def found() -> WebElement | None:
+    def event(self, type_: str, containing: str = "") -> str:
+        """The text of the timeline's first `type_` event containing `containing`.
+
+        Read inside the wait: the timeline is drawn again as the run's items arrive, so an
+        element found one moment may be gone the next (the wait retries a stale one).
+        """
+
+        def found() -> str | None:
             for li in self.driver.find_elements(By.CSS_SELECTOR, f'li[data-type="{type_}"]'):
-                if containing in li.text:
-                    return li
+                text = str(li.text)
+                if containing in text:
+                    return text
             return None
 
-        return self.until(found, f"a {type_} event with {containing!r} on the timeline")
+        text: str = self.until(found, f"a {type_} event with {containing!r} on the timeline")
+        return text
 
     def shot(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,9 +201,11 @@ async def test_approve_from_the_inbox_and_see_the_run_complete_on_its_timeline(
                 )
                 page.go(f"#/runs/{run_id}")
                 page.event("RunCompleted", "result: paid 500")
-                resolved = page.event("ApprovalResolved").text
-                requested = page.event("ApprovalRequested")
-                page.driver.execute_script("arguments[0].scrollIntoView()", requested)
+                resolved = page.event("ApprovalResolved")
+                page.event("ApprovalRequested")
+                page.driver.execute_script(
+                    "document.querySelector('li[data-type=\"ApprovalRequested\"]').scrollIntoView()"
+                )
                 page.shot(shots / "console-run.png")
                 page.leave()
                 return shown, said, resolved
@@ -339,7 +239,7 @@ async def test_deny_with_a_comment_and_the_model_reads_it(
                 card.find_element(By.CSS_SELECTOR, "button.deny").click()
                 page.until(lambda: "Denied pay" in page.text("#flash"), "the denial to land")
                 page.go(f"#/runs/{run_id}")
-                answer: str = page.event("RunCompleted", "over budget").text
+                answer = page.event("RunCompleted", "over budget")
                 page.leave()
                 return answer
 
@@ -379,7 +279,7 @@ async def test_approve_with_an_edited_amount_using_the_keyboard(
                 focused.send_keys(Keys.ENTER)
                 page.until(lambda: "edited arguments" in page.text("#flash"), "the edited approval")
                 page.go(f"#/runs/{run_id}")
-                answer: str = page.event("RunCompleted", "paid 80").text
+                answer = page.event("RunCompleted", "paid 80")
                 page.leave()
                 return bad, label, answer
 

@@ -95,13 +95,24 @@ async def question_inbox(client: Client, agent: str | None = None) -> list[Quest
 
 
 async def waiting(
-    client: Client, agents: Iterable[str] | None = None
+    client: Client,
+    agents: Iterable[str] | None = None,
+    *,
+    before: tuple[list[InboxItem], list[QuestionItem]] | None = None,
 ) -> tuple[list[InboxItem], list[QuestionItem]]:
     """Every waiting call and question of `agents` (`None`: all), from one visibility listing.
 
     Each waiting run is asked for both (a few at once); a run that finished since the listing,
-    or whose worker asks no questions, adds what it answered.
+    or whose worker asks no questions, adds what it answered. `before`: the previous read; a
+    run still listed as waiting whose query fails this time (a busy worker, a timeout) keeps
+    what it had there, so a watcher's readers do not see its calls vanish and come back.
     """
+    kept_calls: dict[str, list[InboxItem]] = {}
+    kept_questions: dict[str, list[QuestionItem]] = {}
+    for item in before[0] if before else []:
+        kept_calls.setdefault(item.run_id, []).append(item)
+    for asked in before[1] if before else []:
+        kept_questions.setdefault(asked.run_id, []).append(asked)
     wanted = None if agents is None else sorted(set(agents))
     if wanted == []:
         return [], []
@@ -117,12 +128,17 @@ async def waiting(
             questions: list[QuestionItem] = []
             try:
                 calls = [InboxItem(run_id, name, c) for c in await pending(client, run_id)]
+            except UndecodablePayloadError:
+                raise
+            except Exception:  # finished since the listing, or its worker did not answer now
+                calls = kept_calls.get(run_id, [])
+            try:
                 found = await pending_questions(client, run_id, timeout=5)
                 questions = [QuestionItem(run_id, name, q) for q in found]
             except UndecodablePayloadError:
                 raise
-            except Exception:  # finished since the listing, or a worker that asks no questions
-                pass
+            except Exception:  # as above, or a worker of a release that asks no questions
+                questions = kept_questions.get(run_id, [])
             return calls, questions
 
     asks = [
