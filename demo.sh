@@ -2,7 +2,8 @@
 # Set everything up and run the demo agent end to end:
 #   venv + toren + the `temporal` CLI, the dev server (Web UI on :8233), a worker, and one run
 #   of examples/support that looks an order up, parks on a refund approval, and finishes when
-#   you approve it (Web UI, or `toren approve` in another terminal).
+#   you approve it (the console at http://localhost:8000/, the Web UI, or `toren approve` in
+#   another terminal).
 #
 # Without a terminal (or with DEMO_AUTO_APPROVE=1) the script approves the refund itself after a
 # few seconds, so it also runs unattended. The model is the scripted mock unless OPENAI_API_KEY
@@ -57,7 +58,17 @@ export SUPPORT_DESK_TOKEN="${SUPPORT_DESK_TOKEN:-demo-desk-token}"
 mkdir -p .toren
 .venv/bin/toren worker examples/support --model "$model" >.toren/demo-worker.log 2>&1 &
 worker=$!
-trap 'kill $worker 2>/dev/null || true' EXIT
+# The console (toren serve) on loopback, open: this machine's user approves from the browser.
+console_port="${TOREN_CONSOLE_PORT:-8000}"
+console=""
+if .venv/bin/python -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $console_port)) == 0)"; then
+  env -u TOREN_WEB_TOKENS .venv/bin/toren serve --host 127.0.0.1 --port "$console_port" \
+    >.toren/demo-console.log 2>&1 &
+  console=$!
+else
+  echo "==> port $console_port is taken: no console (TOREN_CONSOLE_PORT=8010 ./demo.sh picks another)"
+fi
+trap 'kill $worker $console 2>/dev/null || true' EXIT
 
 run_id="support-demo-$(date +%s)"
 if [[ ! -t 0 || "${DEMO_AUTO_APPROVE:-}" == 1 ]]; then
@@ -77,7 +88,13 @@ if [[ ! -t 0 || "${DEMO_AUTO_APPROVE:-}" == 1 ]]; then
   ) &
 fi
 
-echo "==> run $run_id; when it waits, approve from another terminal in $PWD with:"
+if [[ -n "$console" ]]; then
+  echo "==> when the run waits, approve it in the console: http://localhost:$console_port/"
+  echo "    (the Inbox), or in the Web UI (see Approving from the Temporal UI in README.md),"
+  echo "    or from another terminal in $PWD with:"
+else
+  echo "==> run $run_id; when it waits, approve from another terminal in $PWD with:"
+fi
 echo "      $toren_cmd pending $run_id"
 echo "      $toren_cmd approve $run_id CALL_ID --by you"
 echo "    (\`toren\` below means .venv/bin/toren; \`source .venv/bin/activate\` puts it on the PATH)"
