@@ -136,3 +136,37 @@ async def test_a_call_left_waiting_is_asked_first_when_the_chat_resumes(
     names = [e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
              for e in received]  # fmt: skip
     assert names.count("send_message") == 1  # the `y` was no message
+
+
+async def test_chat_asks_a_tools_question_inline_and_a_wrong_choice_is_asked_again(
+    client: Client, make_agent: Callable[..., Path], dev_server: DevServer
+) -> None:
+    folder = make_agent(
+        builtin_tools=["ask_human"],
+        script=[
+            {"tool_calls": [{"name": "ask_human", "id": "q1",
+                             "args": {"question": "Which size?", "choices": ["S", "M"]}}]},
+            "ordered size {last_tool_result}",
+        ],
+    )  # fmt: skip
+    env, worker, thread_id, command = _worker_and_chat(folder, dev_server)
+    try:
+        chat = pexpect.spawn(command[0], command[1:], env=env, encoding="utf-8", timeout=60)
+        chat.expect("you> ")
+        chat.sendline("order a shirt")
+        chat.expect(r"ask_human asks: Which size\? \[S / M\] ")
+        chat.sendline("XL")  # not a choice: refused by the run, asked again
+        chat.expect(r"not recorded: [^\n]*one of[^\n]*")
+        chat.expect(r"ask_human asks: Which size\? \[S / M\] ")
+        chat.sendline("M")
+        chat.expect(r"\(answered: M\)")
+        chat.expect("agent> ordered size .*M")
+        chat.expect("you> ")
+        chat.sendline("/close")
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert not task_failures(await fetch_history(client, thread_id))
