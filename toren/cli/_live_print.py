@@ -65,5 +65,18 @@ class LivePrinter:
             self.line(f"  ↺  attempt {data.get('attempt')} of step {data.get('step')} was cut off")
         elif event.type == "truncated":
             self.line(f"  …  items before offset {data.get('first_kept')} are no longer kept")
+        elif event.type == "question_asked":
+            choices = data.get("choices") or []
+            offer = f" [{' / '.join(map(str, choices))}]" if choices else ""
+            self.line(
+                f"  ?  asks a person: {data.get('question')}{offer} — answer with: toren answer "
+                f"{data.get('run_id') or 'RUN'} {data.get('question_id')} 'TEXT'"
+            )
+        elif event.type == "question_answered":
+            self.line(f"  ✓  {data.get('by') or 'someone'} answered: {data.get('text')}")
+        elif event.type == "handed_off":
+            self.line(
+                f"  →  handed off from {data.get('from')} to {data.get('to')}: {data.get('reason')}"
+            )
         elif event.type in ("tool_call_delta", "tool_call_started", "run_completed"):
             self._end_line()
