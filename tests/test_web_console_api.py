@@ -98,8 +98,9 @@ async def test_runs_are_listed_filtered_paged_and_scoped(
         assert row["run_id"] == parked.id and row["agent"] == a
         assert row["workflow_type"] == "AgentRun" and row["status"] == "waiting"
         assert row["waiting"] == 1 and row["closed_at"] is None and row["started_at"]
-        assert row["prompt"] == ""  # toren sets no memo: visibility holds no prompt
+        assert row["prompt"] == "refund order A-1"  # the first line, from start_run's memo
         [row] = await wait_for(lambda: listed(f"agent={b}&type=run", 1), timeout=30)
+        assert row["prompt"] == "say ok"
         assert row["run_id"] == finished.id and row["status"] == "completed"
         assert row["waiting"] == 0 and row["closed_at"] >= row["started_at"]
         [row] = await wait_for(lambda: listed(f"agent={b}&type=thread&status=running", 1))

@@ -50,6 +50,7 @@ from toren.client._eval_report import table as eval_table
 from toren.client._fork import copy_workspace, fork_point
 from toren.client._history import chain_of, events, first_run, histories, workspace_version
 from toren.client._inbox import InboxItem, QuestionItem, inbox, pending, question_inbox
+from toren.client._memo import start_memo
 from toren.client._nested import nested_events
 from toren.client._output import typed_output
 from toren.client._questions import answer, pending_questions
@@ -170,6 +171,7 @@ async def start_run(
         execution_timeout=execution_timeout,
         search_attributes=await search_attributes.start_attributes(client, agent),
         static_summary=f"{agent}: {first_line[:120]}",
+        memo=start_memo(prompt) or None,
         static_details=(
             f"**agent** `{agent}` · started with `toren.client`\n\n"
             "Tool calls that need a person show up under **Current Details** with the exact "

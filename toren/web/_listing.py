@@ -31,6 +31,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.converter import decode_typed_search_attributes
 from temporalio.service import RPCError, RPCStatusCode
 
+from toren.client._memo import PROMPT_MEMO_KEY
 from toren.connect import _search_attributes as search_attributes
 from toren.web import _models as m
 from toren.web._auth import Access
@@ -129,7 +130,22 @@ def _page_param(request: Request) -> bytes | None:
         raise bad from None
 
 
-def summary(info: WorkflowExecutionInfo) -> m.RunSummary:
+async def _prompt(client: Client, info: WorkflowExecutionInfo) -> str:
+    """The first line of the run's prompt, from the memo `toren.client.start_run` sets.
+
+    "" for a run started otherwise, a thread, or a memo this server's codec cannot read.
+    """
+    payload = info.memo.fields.get(PROMPT_MEMO_KEY)
+    if payload is None:
+        return ""
+    try:
+        [text] = await client.data_converter.decode([payload])  # the codec, then the value
+    except Exception:  # an encoded memo without the codec: the row goes without its prompt
+        return ""
+    return text[:200] if isinstance(text, str) else ""
+
+
+def summary(info: WorkflowExecutionInfo, prompt: str = "") -> m.RunSummary:
     """One row of the run list, from what visibility holds of the run."""
     attributes = decode_typed_search_attributes(info.search_attributes)
     status = WorkflowExecutionStatus(info.status) if info.status else None
@@ -149,6 +165,7 @@ def summary(info: WorkflowExecutionInfo) -> m.RunSummary:
         waiting=(attributes.get(search_attributes.PENDING_KEY) or 0) if running else 0,
         started_at=info.start_time.ToDatetime(UTC).isoformat(),
         closed_at=None if closed is None else closed.isoformat(),
+        prompt=prompt,
     )
 
 
@@ -218,7 +235,7 @@ class Listing:
         token = found.next_page_token
         return _json(
             m.RunList(
-                runs=[summary(info) for info in found.executions],
+                runs=[summary(info, await _prompt(client, info)) for info in found.executions],
                 next=base64.urlsafe_b64encode(token).decode() if token else None,
             )
         )

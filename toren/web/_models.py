@@ -265,7 +265,8 @@ class RunSummary(BaseModel):
     started_at: str
     closed_at: str | None = None
     prompt: str = ""
-    """The first line of the prompt, when visibility holds it (toren sets no memo yet: "")."""
+    """The first line of the prompt, from the memo `toren.client.start_run` sets ("" for a run
+    started otherwise, or a thread)."""
 
 
 class RunList(BaseModel):
