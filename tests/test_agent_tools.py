@@ -236,6 +236,26 @@ async def test_a_childs_approval_is_decided_through_the_parent(
         assert [(i.run_id, i.call.path) for i in items] == [
             (child_id, [parent.name, child.name, "gated"])
         ]
+        # Junk on the children's signal (anyone may send it) is refused and recorded; the run
+        # goes on and still takes its decision.
+        junk = [
+            {"event": "requested", "run_id": f"{child_id}x", "call_id": "c", "path": [],
+             "step": "abc"},
+            {"event": "requested", "run_id": child_id, "call_id": "c", "path": [], "step": "abc"},
+            {"event": "requested", "run_id": child_id, "call_id": "c", "path": [], "step": 1e300},
+            {"event": "requested", "run_id": child_id, "call_id": "c", "path": [],
+             "approvers": "bob"},
+            "not an object",
+        ]  # fmt: skip
+        for body in junk:
+            await handle.signal("toren_child_approval", body)
+        refused = await wait_for(
+            lambda: _at_least(handle.query("refused_signals"), len(junk)), timeout=30
+        )
+        assert [r["reason"] for r in refused][-4:] == [
+            "'step' must be an integer", "'step' must be an integer",
+            "'approvers' must be a list of names or null", "expected one JSON object",
+        ]  # fmt: skip
         reader = asyncio.create_task(_approval_items(client, handle.id))
         decision = await toren_client.decide(client, handle.id, "g1", True, by="ops")
         assert decision.approved and decision.by == "ops"
@@ -253,6 +273,11 @@ async def test_a_childs_approval_is_decided_through_the_parent(
     assert not [e for e in nested if e["type"] == "SignalRefused"]
     [resolved] = [e for e in nested if e["type"] == "ApprovalResolved"]
     assert resolved["depth"] == 1 and resolved["by"] == "ops"
+
+
+async def _at_least(query: Any, n: int) -> list[dict[str, Any]] | None:
+    found: list[dict[str, Any]] = await query
+    return found if len(found) >= n else None
 
 
 async def _approval_items(client: Client, run_id: str) -> list[dict[str, Any]]:
@@ -361,3 +386,28 @@ async def test_a_worker_killed_while_the_child_runs_starts_no_second_child(
     children = [w.id async for w in client.list_workflows(f'WorkflowId STARTS_WITH "{handle.id}/"')]
     assert children == [kid.id]
     assert not task_failures(history)
+
+
+async def test_a_threads_child_call_is_decided_through_the_thread(
+    client: Client, make_agent: Callable[..., Path], agent_name: str
+) -> None:
+    child = make_agent(
+        name=f"{agent_name}_kid",
+        tools={"gated": GATED},
+        script=[{"tool_calls": [{"id": "g1", "name": "gated", "args": {}}]}, "kid: done"],
+    )
+    parent = make_agent(
+        agents={"ask_kid": {"agent": f"../{child.name}"}},
+        script=[{"tool_calls": [call("ask_kid", "do it", "k1")]}, "parent: {last_tool_result}"],
+    )
+    async with serve(client, [parent, child]):
+        thread = await toren_client.start_thread(client, parent.name)
+        answer = asyncio.create_task(toren_client.send_message(client, thread.id, "go"))
+        [waiting] = await toren_client.wait_for_approval(client, thread.id, timeout=30)
+        assert waiting.call_id == "g1" and waiting.run_id == f"{thread.id}#1/ask_kid/k1"
+        assert waiting.path == [parent.name, child.name, "gated"]
+        await toren_client.decide(client, thread.id, "g1", True, by="ops")
+        outcome = await asyncio.wait_for(answer, 60)
+        assert outcome["text"] == "parent: kid: done"
+        assert await thread.query("refused_signals") == []
+        await toren_client.close_thread(client, thread.id)

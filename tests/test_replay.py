@@ -26,6 +26,7 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 EXPECTED_END = {
     "budget_exhausted": "RunFailed",
     "local_fail_closed_unpatched": "RunFailed",  # before `toren-local-tool-fails-closed`
+    "cancelled_mid_tool_unpatched": "RunFailed",  # before `toren-cancel-ends-cancelled`
     "continue_as_new.0": "RunContinuedAsNew",
     "continue_as_new.1": "RunContinuedAsNew",
     "continue_as_new.2": "RunContinuedAsNew",

@@ -234,7 +234,7 @@ class AgentTools:
                 args=args if isinstance(args := item.get("args"), dict) else {},
                 requested_at=str(item.get("at", "")),
                 reason=str(item.get("reason") or ""),
-                step=int(item.get("step") or 0),
+                step=item.get("step") or 0,
                 expires_at=item.get("expires_at")
                 if isinstance(item.get("expires_at"), str)
                 else None,  # fmt: skip
@@ -259,12 +259,28 @@ def _child_item_problem(item: Any, own_id: str) -> str | None:
     if item.get("event") not in ("requested", "decided"):
         return "'event' must be requested or decided"
     run_id, call_id, path = item.get("run_id"), item.get("call_id"), item.get("path")
-    if not isinstance(run_id, str) or not run_id.startswith(own_id + "/"):
+    # A run's children are `<run>/<tool>/<call>`; a thread's, `<thread>#<execution>/...`.
+    if not isinstance(run_id, str) or not run_id.startswith((own_id + "/", own_id + "#")):
         return f"'run_id' {run_id!r} is no child run of this run"
     if not isinstance(call_id, str) or not call_id:
         return "'call_id' must be a non-empty string"
     if not isinstance(path, list) or not all(isinstance(p, str) for p in path):
         return "'path' must be a list of names"
+    step = item.get("step", 0)
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        return "'step' must be an integer"
+    if not 0 <= (step or 0) < 10**9:
+        return "'step' is out of range"
+    approvers = item.get("approvers")
+    if approvers is not None and (
+        not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers)
+    ):
+        return "'approvers' must be a list of names or null"
+    if item.get("args") is not None and not isinstance(item["args"], dict):
+        return "'args' must be a JSON object"
+    for key in ("name", "reason", "at", "expires_at"):
+        if item.get(key) is not None and not isinstance(item[key], str):
+            return f"'{key}' must be a string"
     return None
 
 

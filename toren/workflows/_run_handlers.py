@@ -146,7 +146,14 @@ class RunHandlers:
         """A call in an agent tool's child started or stopped waiting (`_agent_tools`)."""
         calls = getattr(self, "_calls", None)
         if calls is not None:
-            calls.agent_tools.on_child_approval(payload, self._run.refused)
+            try:
+                calls.agent_tools.on_child_approval(payload, self._run.refused)
+            except Exception as err:  # a signal handler never fails the workflow task
+                self._run.refused.append(
+                    {"signal": CHILD_APPROVAL_SIGNAL, "payload": repr(payload)[:500],
+                     "reason": f"{type(err).__name__}: {err}"[:300],
+                     "at": workflow.now().isoformat()}
+                )  # fmt: skip
         else:
             self._approvals.on_unknown_signal(CHILD_APPROVAL_SIGNAL, list(payload))
 

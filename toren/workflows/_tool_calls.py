@@ -53,6 +53,8 @@ LOCAL_TOOL_MAX_MS = 10_000
 """Longest `timeout_ms` of a tool that may run as a local activity (effects none, no key)."""
 LOCAL_FAILS_CLOSED = "toren-local-tool-fails-closed"
 """The patch under which a local tool call out of attempts fails closed instead of the run."""
+CANCEL_ENDS_CANCELLED = "toren-cancel-ends-cancelled"
+"""The patch under which a run cancelled during a tool call ends cancelled, not failed."""
 
 
 @dataclass
@@ -302,6 +304,9 @@ class ToolCalls:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 # The run was cancelled (by a person, or with its parent): it ends cancelled.
+                # Runs cancelled so before this patch failed as a toren bug: replay says so.
+                if not workflow.patched(CANCEL_ENDS_CANCELLED):
+                    raise
                 raise err.cause from None
             return _failed_closed(tool, max_attempts)
         except (ApplicationError, ActivityTimeout):
