@@ -324,3 +324,52 @@ def test_when_conditions() -> None:
     assert not when_holds({"order.country": {"lt": 5}}, args)  # a string against a number
     assert not when_holds({"flag": {"lt": 2}}, args)  # booleans are not numbers here
     assert when_holds({}, args)
+
+
+async def test_an_edit_into_another_rules_reach_waits_for_that_rules_approvers(
+    client: Client, make_agent: Callable[..., Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "refunds.jsonl"
+    policy = {
+        "approvers": ["bob"],
+        "rules": [
+            {"name": "small", "tool": "refund", "when": {"amount": {"lt": 200}},
+             "approvers": ["alice"]},
+        ],
+    }  # fmt: skip
+    folder = make_agent(
+        tools={"refund": REFUND}, env={"required": ["REFUND_LOG"]}, approvals=policy
+    )
+    model = ScriptedModel([refund("r1", 150), heard])
+    async with serve(
+        client, [folder], environ={"REFUND_LOG": str(log)}, models={"mock/scripted": model}
+    ):
+        handle = await toren_client.start_run(client, folder.name, "refund A-1")
+        [call] = await wait_for(lambda: toren_client.pending(client, handle.id))
+        assert call.approvers == ["alice"]
+        # alice may approve small refunds; she edits this one to 900, which only bob may.
+        await toren_client.approve(
+            client, handle.id, "r1", by="alice", args={"order": "A-1", "amount": 900}
+        )
+
+        async def waits_for_bob() -> list[Any] | None:
+            calls = await toren_client.pending(client, handle.id)
+            return calls if calls and calls[0].approvers == ["bob"] else None
+
+        [again] = await wait_for(waits_for_bob)
+        assert again.args == {"order": "A-1", "amount": 900}
+        assert "alice changed its arguments" in again.reason
+        assert refunds(log) == []  # nothing ran on alice's word alone
+        with pytest.raises(WorkflowUpdateFailedError):
+            await toren_client.approve(client, handle.id, "r1", by="alice")
+        await toren_client.approve(client, handle.id, "r1", by="bob")
+        result = await result_of(handle)
+    assert refunds(log) == [{"order": "A-1", "amount": 900}]
+    assert result.text.startswith("refunded 900")
+    events = render(await fetch_history(client, handle.id))
+    assert [(e["by"], e.get("edited")) for e in of_type(events, "ApprovalResolved")] == [
+        ("alice", True),
+        ("bob", None),
+    ]
+    assert len(of_type(events, "ApprovalRequested")) == 2
+    assert not of_type(events, "SignalRefused")

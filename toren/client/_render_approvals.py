@@ -28,6 +28,14 @@ class ApprovalEvents(RenderState):
             return
         call_id = check.get("call_id", "")
         if check.get("gated"):
+            editor = self.edited_by.pop(call_id, None)
+            if editor is not None:
+                # The check of an approval's edited arguments (`_gate.edit_needs`): the call
+                # waits again only when its decider is not among the edited call's approvers.
+                approvers = check.get("approvers")
+                if approvers is None or editor in approvers:
+                    return
+                self.decided.discard(call_id)
             self.pending.add(call_id)
             self.gates[call_id] = check
             self.emit(
@@ -122,6 +130,8 @@ class ApprovalEvents(RenderState):
         after = decision.get("args")
         if isinstance(after, dict) and after != before:
             fields = {"edited": True, "argsBefore": before, "argsAfter": after}
+            if decision.get("approved"):
+                self.edited_by[call_id] = str(decision.get("by") or "")
         if decision.get("rule"):
             fields["rule"] = decision["rule"]
         self.emit(

@@ -73,6 +73,8 @@ class RenderState:
         self.decided: set[str] = set()
         self.schemas: dict[str, dict[str, Any]] = {}
         """Each tool's input schema, from the run's recorded spec (edited arguments fit it)."""
+        self.edited_by: dict[str, str] = {}
+        """Calls approved with edited arguments, by whom: their next check is of the edit."""
         self.gates: dict[str, dict[str, Any]] = {}
         """Each gated call's recorded check: its tool, rule and approvers."""
         self.prices: list[float] | None = None

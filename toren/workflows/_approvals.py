@@ -87,7 +87,11 @@ class Approvals:
     # -- the workflow's side ---------------------------------------------------------------
 
     def request(self, pending: PendingApproval) -> None:
-        """Record `pending` as waiting and tell the Web UI."""
+        """Record `pending` as waiting and tell the Web UI.
+
+        A call asked about again (edited into other approvers' reach) waits for a new decision.
+        """
+        self.decisions.pop(pending.call_id, None)
         self.pending[pending.call_id] = pending
         workflow.logger.info("tool call %s (%s) waits for approval", pending.call_id, pending.tool)
         self.publish()

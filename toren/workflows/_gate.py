@@ -133,6 +133,28 @@ class Gate:
             self._run.notices.append(_edited_note(tool.name, call_id, decision, args))
         return decision
 
+    async def edit_needs(
+        self, tool: ToolSpec, call_id: str, decision: Decision
+    ) -> ApprovalCheck | None:
+        """The check of an edited call that needs other approvers than its decider, or None.
+
+        An approval with changed arguments is checked again on them (the recorded
+        `toren.check_approval`, only on this path): edited into another rule's reach, the
+        call waits for that rule's approvers, as if the model had written the edit.
+        """
+        if not decision.approved or decision.args is None or decision.via == "expiry":
+            return None
+        again = await self.check(tool, call_id, decision.args)
+        if again.error is not None or not again.gated or again.approvers is None:
+            return None
+        if decision.by in again.approvers:
+            return None
+        again.reason = (
+            f"{decision.by} changed its arguments; the changed call needs one of "
+            f"{', '.join(again.approvers)}"
+        )
+        return again
+
     def _grants(self) -> dict[str, str]:
         """The grants in force, by rule: a thread's, and this execution's `run` ones."""
         return {

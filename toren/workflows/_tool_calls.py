@@ -163,6 +163,10 @@ class ToolCalls:
             return made_here(f"invalid arguments for {name}: {gate.error}")
         if gate.gated:
             decision = await self._gate.await_decision(tool, call_id, args, gate)
+            while (again := await self._gate.edit_needs(tool, call_id, decision)) is not None:
+                # The edited call needs approvers its decider is not: it waits for them.
+                args = decision.args or args
+                decision = await self._gate.await_decision(tool, call_id, args, again)
             if not decision.approved:
                 comment = f": {decision.comment}" if decision.comment else ""
                 return made_here(f"denied by {decision.by}{comment}")
