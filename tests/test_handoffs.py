@@ -16,6 +16,7 @@ from tests.test_chat import _worker_and_chat
 from toren import client as toren_client
 from toren.cli import main as toren_main
 from toren.client._events import render
+from toren.connect import _search_attributes as search_attributes
 from toren.worker import serve
 from toren.worker.models import ScriptedModel
 
@@ -33,7 +34,11 @@ async def test_triage_hands_a_billing_question_to_billing_which_keeps_the_thread
         )
         third = await toren_client.send_message(client, thread.id, "When will I get it back?")
         conversation = await toren_client.messages(client, thread.id)
+        # The thread stays triage's: the inbox, the run list and token scopes go by it.
+        described = await thread.describe()
+        owner = described.typed_search_attributes.get(search_attributes.AGENT_KEY)
         await toren_client.close_thread(client, thread.id)
+    assert owner == "triage"
     assert (first["agent"], first["text"]) == (
         "triage",
         "We are open 9:00 to 17:00, Monday to Friday, and ship within two days.",

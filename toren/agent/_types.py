@@ -208,7 +208,7 @@ class RunState:
     """An eval run's record (`RunInput.eval`) and `position`, how far its calls got in it."""
     grants: list[dict[str, Any]] = field(default_factory=list)
     """Remembered approvals (`approvals.rules` with `remember`): `{"rule", "scope", "execution",
-    "by", "call_id"}`; a later call its rule matches goes through without waiting."""
+    "by", "call_id", "agent"}`; a later call its rule matches goes through without waiting."""
     output_retries: int = 0
     """Final answers of the current execution refused for not matching `output:` so far
     (`toren.workflows._output`)."""

@@ -273,7 +273,8 @@ class AgentRun(RunHandlers):
 
     def _sync_status(self, final: str | None = None) -> None:
         waiting = len(self._approvals.pending) + self._questions_waiting()
-        self._status.sync(self._run.spec, waiting, final)
+        home = self._input.agent if hasattr(self, "_input") else ""  # the owner, after a handoff
+        self._status.sync(self._run.spec, waiting, final, home)
 
     async def _with_wall_clock(self, deadline: datetime) -> RunResult:
         minutes = self._spec.max_wall_clock_min or 0

@@ -127,7 +127,7 @@ class Gate:
         if decision.approved and decision.via != "expiry" and check.remember:
             self._run.grants.append(
                 {"rule": check.rule, "scope": check.remember, "execution": self._run.execution,
-                 "by": decision.by, "call_id": call_id}
+                 "by": decision.by, "call_id": call_id, "agent": self._spec.name}
             )  # fmt: skip
         if decision.approved and decision.args is not None:
             self._run.notices.append(_edited_note(tool.name, call_id, decision, args))
@@ -156,11 +156,16 @@ class Gate:
         return again
 
     def _grants(self) -> dict[str, str]:
-        """The grants in force, by rule: a thread's, and this execution's `run` ones."""
+        """The grants in force, by rule: a thread's, and this execution's `run` ones.
+
+        Only the answering agent's: after a handoff, another agent's rule of the same name is
+        another rule.
+        """
         return {
             g["rule"]: g["by"]
             for g in self._run.grants
-            if g["scope"] == "thread" or g.get("execution", 0) == self._run.execution
+            if (g["scope"] == "thread" or g.get("execution", 0) == self._run.execution)
+            and g.get("agent", self._spec.name) == self._spec.name
         }
 
 

@@ -48,20 +48,27 @@ class StatusAttributes:
             pending = started.get(PENDING_KEY)
             self._pending = -1 if pending is None else pending
 
-    def sync(self, spec: AgentSpec | None, pending: int, final: str | None = None) -> None:
-        """Upsert what changed: the agent once, the status, the count of waiting calls."""
+    def sync(
+        self, spec: AgentSpec | None, pending: int, final: str | None = None, home: str = ""
+    ) -> None:
+        """Upsert what changed: the agent once, the status, the count of waiting calls.
+
+        `home`: the agent the run was started as, which owns it after a handoff too (the
+        inbox, the run list and the HTTP API's access checks all go by it); default the spec's.
+        """
         if spec is None or not spec.search_attributes:
             return
+        agent = home or spec.name
         have = set(spec.search_attributes)
         status = final or ("waiting_approval" if pending else "running")
         updates: list[SearchAttributeUpdate[Any]] = []
-        if self._agent != spec.name and "TorenAgent" in have:
-            updates.append(AGENT_KEY.value_set(spec.name))
+        if self._agent != agent and "TorenAgent" in have:
+            updates.append(AGENT_KEY.value_set(agent))
         if status != self._status and "TorenStatus" in have:
             updates.append(STATUS_KEY.value_set(status))
         if pending != self._pending and "TorenPendingApprovals" in have:
             updates.append(PENDING_KEY.value_set(pending))
-        self._agent, self._status, self._pending = spec.name, status, pending
+        self._agent, self._status, self._pending = agent, status, pending
         if updates and spec.digest != self._digest and "TorenAgentDigest" in have:
             updates.append(DIGEST_KEY.value_set(spec.digest))
             self._digest = spec.digest
