@@ -81,17 +81,7 @@ class QuestionItem:
 
 async def question_inbox(client: Client, agent: str | None = None) -> list[QuestionItem]:
     """Every question waiting for an answer in the namespace (oldest first)."""
-    items: list[QuestionItem] = []
-    async for execution in client.list_workflows(_waiting_query(agent)):
-        try:
-            questions = await pending_questions(client, execution.id)
-        except UndecodablePayloadError:
-            raise
-        except Exception:  # finished since the listing, or a worker that asks no questions
-            continue
-        name = execution.typed_search_attributes.get(search_attributes.AGENT_KEY) or ""
-        items += [QuestionItem(run_id=execution.id, agent=name, question=q) for q in questions]
-    return sorted(items, key=lambda i: i.question.asked_at)
+    return (await waiting(client, None if agent is None else [agent]))[1]
 
 
 async def waiting(

@@ -43,6 +43,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from toren.agent._spec import ToolSpec
     from toren.agent._types import PendingApproval, RunInput, RunState
+    from toren.workflows._background import count_failed_child
 
 __all__ = [
     "CHILD_APPROVAL_SIGNAL",
@@ -159,13 +160,8 @@ class AgentTools:
         try:
             result = await handle
         except ChildWorkflowError as err:
-            cause = err.cause
-            receipt = (
-                cause.details[0] if isinstance(cause, ApplicationError) and cause.details else None
-            )
-            if isinstance(receipt, dict):
-                self._count_usage(receipt.get("usage") or {}, receipt.get("cost_usd"))
-            return f"agent {agent} ({name}) gave no answer: {_why(cause)}", True
+            count_failed_child(err, self._count_usage)
+            return f"agent {agent} ({name}) gave no answer: {_why(err.cause)}", True
         if not isinstance(result, dict):
             return json.dumps(result, default=str), False
         if isinstance(result.get("usage"), dict):

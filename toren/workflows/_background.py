@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.agent._spec import ToolSpec
     from toren.agent._types import RunInput, RunState
 
-__all__ = ["CHILD_OUTPUT_CHARS", "Background"]
+__all__ = ["CHILD_OUTPUT_CHARS", "Background", "count_failed_child"]
 
 CHILD_OUTPUT_CHARS = 4000
 """A background run's output as `check_run` returns it (and tells the parent) is cut to this."""
@@ -92,12 +92,7 @@ class Background:
         try:
             result = await handle
         except ChildWorkflowError as err:
-            cause = err.cause
-            receipt = (
-                cause.details[0] if isinstance(cause, ApplicationError) and cause.details else None
-            )
-            if isinstance(receipt, dict):
-                self._on_usage(receipt.get("usage") or {}, receipt.get("cost_usd"))
+            count_failed_child(err, self._on_usage)
             error = str(err.cause or err)[:CHILD_OUTPUT_CHARS]
             self._run.children[child_id] = {"process": name, "status": "failed", "error": error}
             note = f"Background run {child_id} ({name}) failed: {error}"
@@ -114,3 +109,13 @@ class Background:
             }
             note = f"Background run {child_id} ({name}) completed. Output:\n{text}"
         self._run.notices.append({"role": "user", "content": note})
+
+
+def count_failed_child(
+    err: ChildWorkflowError, on_usage: Callable[[dict[str, Any], float | None], None]
+) -> None:
+    """Count a failed child run's usage: its `RunError` carries the receipt as its details."""
+    cause = err.cause
+    receipt = cause.details[0] if isinstance(cause, ApplicationError) and cause.details else None
+    if isinstance(receipt, dict):
+        on_usage(receipt.get("usage") or {}, receipt.get("cost_usd"))
