@@ -17,6 +17,7 @@ toren events RUN [--json]                   the run's history as an event log
 toren fork RUN --at-step N [--agent DIR]    a new run from RUN's conversation at step N
 toren eval DIR --runs RUN... [--out D]      re-run recorded runs with a changed agent; report
 toren check examples/support                load, validate, print tools and schemas
+toren new agents/helpdesk                   a new agent folder that passes check and its test
 toren setup                                 register toren's search attributes
 toren attach report.pdf                     parse a file for read_attachment; prints its id
 toren replay RUN | history.json             replay against this code before you deploy it
@@ -40,7 +41,18 @@ from collections.abc import Sequence
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from toren.cli import _approvals, _chat, _compact, _deploy, _eval, _questions, _runs, _setup, _store
+from toren.cli import (
+    _approvals,
+    _chat,
+    _compact,
+    _deploy,
+    _eval,
+    _new,
+    _questions,
+    _runs,
+    _setup,
+    _store,
+)
 from toren.cli._common import Unreachable, add_codec_flags
 from toren.errors import CodecServerError, TorenError, UndecodablePayloadError
 
@@ -88,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     _setup.add_parsers(sub)
     _store.add_parsers(sub)
     _deploy.add_parsers(sub)
+    _new.add_parsers(sub)
 
     p = sub.add_parser("check", help="load and validate agent folders")
     p.add_argument("agent_dir", nargs="+")
@@ -96,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     # Every command that talks to Temporal reads and writes through the team's codec (`deploy
     # check` has them on itself, not on its group).
     for name, command in sub.choices.items():
-        if name not in ("check", "attach", "deploy"):
+        if name not in ("check", "attach", "deploy", "new"):
             add_codec_flags(command)
     return parser
 
