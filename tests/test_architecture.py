@@ -228,20 +228,22 @@ def test_internals_are_private_modules() -> None:
     assert set(public) <= PUBLIC_MODULES | ROOMS, sorted(set(public) - PUBLIC_MODULES - ROOMS)
 
 
-def test_readme_uses_only_public_names() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_readme_and_docs_use_only_public_names() -> None:
+    readme = "\n".join(
+        p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    )
     code = "\n".join(re.findall(r"```python\n(.*?)```", readme, re.S))
-    assert code, "the README has Python examples"
+    assert code, "the README and docs have Python examples"
     for module, names in re.findall(r"^\s*from (toren[\w.]*) import ([^\n#]+)", code, re.M):
         assert not any(p.startswith("_") for p in module.split(".")), module
         for name in re.findall(r"\b(\w+)(?: as \w+)?", names.replace("(", "")):
             if module == "toren":
                 is_module = f"toren.{name}" in PUBLIC_MODULES
-                assert name in toren.__all__ or is_module, f"README imports toren.{name}"
+                assert name in toren.__all__ or is_module, f"the docs import toren.{name}"
             else:
                 assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
     for name in re.findall(r"\btoren\.([A-Z]\w+)", readme):
-        assert name in toren.__all__, f"README names toren.{name}"
+        assert name in toren.__all__, f"the docs name toren.{name}"
 
 
 def test_every_exception_is_in_the_tree() -> None:

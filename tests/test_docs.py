@@ -1,9 +1,11 @@
-"""The README's commands and snippets run as written, against a real dev server.
+"""The commands and snippets of README.md and of every page under docs/ run as written, against a
+real dev server.
 
 Which blocks run: a fenced block right after the line `<!-- readme-test: run -->` (an HTML
-comment, invisible on GitHub) is executed; one after `<!-- readme-test: skip -->` is not and
-must be listed in `SKIPPED` with the reason. Every ```bash block carries one of the two marks,
-so a new command cannot slip in untested.
+comment, invisible on GitHub and on the docs site) is executed; one after
+`<!-- readme-test: skip -->` is not and must be listed in `SKIPPED` with the reason. Every
+```bash block carries one of the two marks, so a new command cannot slip in untested. A block
+that appears word for word on two pages (the README's example is also in Get started) runs once.
 
 - a ```python block runs as one coroutine (top-level `await` allowed) with `TEMPORAL_ADDRESS`
   set to the session's dev server and a worker serving `examples/support` (with
@@ -33,7 +35,8 @@ from toren.testing import DevServer
 from toren.worker import serve
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+"""Every Markdown file whose blocks are checked: the README, then the docs site's pages."""
 
 SKIPPED = {
     "./demo.sh": "installs into .venv and starts a dev server on 7233; the demo's own test is "
@@ -85,16 +88,42 @@ SKIPPED = {
 _BLOCK = re.compile(r"^<!-- readme-test: (run|skip) -->\n```(\w+)\n(.*?)^```", re.M | re.S)
 
 
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def _all_blocks(mark: str, lang: str) -> dict[str, str]:
+    """Each distinct block with this mark and language → the first page that has it."""
+    found: dict[str, str] = {}
+    for page in PAGES:
+        for m, lg, code in _BLOCK.findall(page.read_text()):
+            if m == mark and lg == lang:
+                found.setdefault(code, _name(page))
+    return found
+
+
 def _blocks(mark: str, lang: str) -> list[str]:
-    return [code for m, lg, code in _BLOCK.findall(README) if m == mark and lg == lang]
+    return list(_all_blocks(mark, lang))
+
+
+def _ids(mark: str, lang: str) -> list[str]:
+    return [f"{page}-{i}" for i, page in enumerate(_all_blocks(mark, lang).values())]
 
 
 def test_every_shell_block_is_run_or_skipped_with_a_reason() -> None:
-    bash = re.findall(r"^(<!-- readme-test: \w+ -->\n)?```bash\n", README, re.M)
-    assert bash and all(bash), "a ```bash block without <!-- readme-test: run|skip -->"
+    for page in PAGES:
+        bash = re.findall(r"^(<!-- readme-test: \w+ -->\n)?```bash\n", page.read_text(), re.M)
+        assert all(bash), f"{_name(page)}: a ```bash block without <!-- readme-test: run|skip -->"
     skipped = {code.splitlines()[0].split("#")[0].strip() for code in _blocks("skip", "bash")}
     assert skipped == set(SKIPPED), "list each skipped block in SKIPPED with its reason"
     assert _blocks("run", "bash") and _blocks("run", "python")
+
+
+def test_the_blocks_that_ran_from_the_readme_still_run() -> None:
+    # Before the docs site, README.md held 5 runnable Python blocks and 3 shell blocks; they
+    # moved to docs/ and must not be lost (or silently unmarked) on the way.
+    assert len(_blocks("run", "python")) >= 5
+    assert len(_blocks("run", "bash")) >= 3
 
 
 @pytest.fixture
@@ -108,21 +137,21 @@ async def support_worker(client: Client, tmp_path: Path) -> AsyncIterator[None]:
         yield
 
 
-async def _run_python(code: str) -> str:
-    compiled = compile(code, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+async def _run_python(code: str, page: str) -> str:
+    compiled = compile(code, page, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     out = io.StringIO()
     scope: dict[str, Any] = {}
     with contextlib.redirect_stdout(out):
-        result = eval(compiled, scope)  # noqa: S307 - the README's own snippet
+        result = eval(compiled, scope)  # noqa: S307 - the docs' own snippet
         if asyncio.iscoroutine(result):
             await asyncio.wait_for(result, 120)
     return out.getvalue()
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("run", "python"))))
+@pytest.mark.parametrize("index", range(len(_blocks("run", "python"))), ids=_ids("run", "python"))
 async def test_python_snippet_runs(index: int, dev_server: DevServer, support_worker: None) -> None:
-    code = _blocks("run", "python")[index]
-    out = await _run_python(code)
+    code, page = list(_all_blocks("run", "python").items())[index]
+    out = await _run_python(code, page)
     if "output_type=" in code:  # Typed outputs: tests/fixtures/refunds, fixed on its 2nd answer
         assert out.strip() == "refund 42.5 2", out
         return
@@ -146,13 +175,13 @@ def _shell_lines(code: str) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("index", range(len(_blocks("run", "bash"))))
+@pytest.mark.parametrize("index", range(len(_blocks("run", "bash"))), ids=_ids("run", "bash"))
 async def test_shell_block_runs(
     index: int, client: Client, dev_server: DevServer, support_worker: None
 ) -> None:
     # A fresh run id each time, so a rerun on the same server does not collide.
     suffix = uuid.uuid4().hex[:8]
-    code = _blocks("run", "bash")[index]
+    code, page = list(_all_blocks("run", "bash").items())[index]
     code = code.replace("readme-cli", f"readme-cli-{suffix}")
     code = code.replace("readme-thread", f"readme-thread-{suffix}")
     env = {
@@ -172,7 +201,7 @@ async def test_shell_block_runs(
         )
         out, _ = await asyncio.wait_for(proc.communicate(), 120)
         text = out.decode()
-        assert proc.returncode == 0, f"README line failed: {line}\n{text}"
+        assert proc.returncode == 0, f"{page}: line failed: {line}\n{text}"
         started += re.findall(r"^\s*WorkflowId\s+(\S+)", text, re.M)
         started += re.findall(rf"readme-(?:cli|thread)-{suffix}", line)
     assert started, "the block started no run"
@@ -180,4 +209,4 @@ async def test_shell_block_runs(
     for run_id in set(started):
         calls = await wait_for_approval(client, run_id, timeout=60)
         assert [c.call_id for c in calls] == ["call_refund"]
-        await client.get_workflow_handle(run_id).terminate("README test done")
+        await client.get_workflow_handle(run_id).terminate("docs test done")
