@@ -39,6 +39,10 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 """Every Markdown file whose blocks are checked: the README, then the docs site's pages."""
 
 SKIPPED = {
+    "toren new agents/helpdesk": (
+        "writes a folder into the repository; tests/test_new.py runs the same three commands in "
+        "a temporary folder (new, check, and the generated test with its own dev server)"
+    ),
     "./demo.sh": "installs into .venv and starts a dev server on 7233; the demo's own test is "
     "tests/test_example.py (the agent) and tests/test_dev_script.py (the server)",
     "TOREN_STORE=/mnt/shared/toren": (
