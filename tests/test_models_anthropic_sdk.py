@@ -233,4 +233,3 @@ async def test_live_call_to_anthropic() -> None:
     reply = await live.complete(dataclasses.replace(request, on_delta=deltas.append))
     assert reply.content and reply.usage["output_tokens"] > 0
     assert "".join(d["text"] for d in deltas if d["type"] == "text_delta") == reply.content
-
