@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -233,3 +234,13 @@ async def test_live_call_to_anthropic() -> None:
     reply = await live.complete(dataclasses.replace(request, on_delta=deltas.append))
     assert reply.content and reply.usage["output_tokens"] > 0
     assert "".join(d["text"] for d in deltas if d["type"] == "text_delta") == reply.content
+
+
+async def test_the_key_never_reaches_the_sdks_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    # The SDK logs each request's own options (its headers among them) at DEBUG: the key is a
+    # client header, never a request's.
+    answer = message([{"type": "text", "text": "hi"}])
+    with caplog.at_level(logging.DEBUG, logger="anthropic"):
+        await model(lambda r: httpx2.Response(200, json=answer)).complete(ask())
+    assert "Request options" in caplog.text
+    assert KEY not in caplog.text

@@ -47,13 +47,20 @@ API_PARAMS = ("model", "max_tokens", "messages")
 def client(
     api_key: str, base_url: str, http_client: httpx2.AsyncClient | None, timeout: float
 ) -> anthropic.AsyncAnthropic:
-    """An SDK client that never retries; `timeout` bounds each HTTP phase."""
+    """An SDK client that never retries; `timeout` bounds each HTTP phase.
+
+    The key goes as `x-api-key` (not the SDK's `Authorization: Bearer`, removed from each
+    request), under the API version toren's format is written for: what Anthropic documents,
+    and what the compatible gateways behind `ANTHROPIC_BASE_URL` take. It is a client header,
+    not a request's: the SDK logs a request's own headers at DEBUG.
+    """
     return anthropic.AsyncAnthropic(
         api_key=api_key,
         base_url=base_url,
         max_retries=0,
         timeout=timeout,
         http_client=http_client,
+        default_headers={"x-api-key": api_key, "anthropic-version": API_VERSION},
     )
 
 
@@ -154,24 +161,16 @@ def _replayed(reply: ModelReply, on_delta: Callable[[Delta], None]) -> ModelRepl
     return reply
 
 
-def _arguments(
-    sdk: anthropic.AsyncAnthropic, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """`messages.create`'s arguments for `body`, sent as toren built it.
-
-    The key goes as `x-api-key` (not the SDK's `Authorization: Bearer`), under the API version
-    toren's format is written for: what Anthropic documents, and what the compatible gateways
-    behind `ANTHROPIC_BASE_URL` take.
-    """
+def _arguments(body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """`messages.create`'s arguments for `body`, sent as toren built it."""
     rest = {k: v for k, v in body.items() if k not in API_PARAMS}
-    auth = {"x-api-key": str(sdk.api_key), "anthropic-version": API_VERSION}
-    extra_headers = {**auth, "Authorization": anthropic.Omit(), **(headers or {})}
+    extra_headers = {"Authorization": anthropic.Omit(), **(headers or {})}
     return {**{k: body[k] for k in API_PARAMS}, "extra_body": rest, "extra_headers": extra_headers}
 
 
 async def posted(sdk: anthropic.AsyncAnthropic, body: dict[str, Any]) -> httpx2.Response:
     """Send `body`; the 2xx response, read whole. Raises the SDK's errors."""
-    raw = await sdk.messages.with_raw_response.create(**_arguments(sdk, body))
+    raw = await sdk.messages.with_raw_response.create(**_arguments(body))
     response: httpx2.Response = raw.http_response
     return response
 
@@ -182,7 +181,7 @@ async def streamed(
 ) -> AsyncIterator[httpx2.Response]:
     """Send `body` asking for a stream; yields the 2xx response, its body not read yet."""
     async with sdk.messages.with_streaming_response.create(
-        **_arguments(sdk, body, {"Accept": "text/event-stream"}), stream=True
+        **_arguments(body, {"Accept": "text/event-stream"}), stream=True
     ) as raw:
         yield raw.http_response
 
