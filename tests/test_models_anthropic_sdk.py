@@ -244,3 +244,11 @@ async def test_the_key_never_reaches_the_sdks_debug_log(caplog: pytest.LogCaptur
         await model(lambda r: httpx2.Response(200, json=answer)).complete(ask())
     assert "Request options" in caplog.text
     assert KEY not in caplog.text
+
+
+@pytest.mark.parametrize("base_url", ["localhost:8000", "ftp://example.com"])
+async def test_a_base_url_that_can_never_work_is_not_retried(base_url: str) -> None:
+    with pytest.raises(ModelHTTPError, match="cannot call it") as caught:
+        await AnthropicModel(KEY, base_url=base_url).complete(ask())
+    assert caught.value.retryable is False
+    assert str(caught.value).startswith(f"Anthropic-compatible server {base_url}: ")
