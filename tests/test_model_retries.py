@@ -17,6 +17,7 @@ from temporalio.api.history.v1 import ActivityTaskStartedEventAttributes
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import default as default_converter
 
+from tests._sdk_http import sdk_client
 from tests.conftest import fetch_history, result_of, secret
 from toren import client as toren_client
 from toren.agent._attempts import attempts_before
@@ -191,7 +192,7 @@ async def test_an_anthropic_reply_cut_inside_a_tool_call_is_explained(
         )
     """
     folder = make_agent(tools={"lookup": lookup}, model="anthropic/claude-x", maxTokens=16)
-    model = AnthropicModel("sk-ant-x", transport=httpx.MockTransport(handler))
+    model = AnthropicModel("sk-ant-x", http_client=sdk_client(httpx.MockTransport(handler)))
     async with serve(
         client,
         [folder],

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests._sdk_http import sdk_client
 from toren.worker._http import retry_after
 from toren.worker.models._anthropic import AnthropicModel
 from toren.worker.models._base import ModelHTTPError, ModelRequest
@@ -181,7 +182,9 @@ def openai(recorder: Recorder, base_url: str | None = None) -> OpenAIModel:
 
 
 def anthropic(recorder: Recorder, base_url: str | None = None) -> AnthropicModel:
-    return AnthropicModel(KEY, base_url=base_url, transport=httpx.MockTransport(recorder))
+    return AnthropicModel(
+        KEY, base_url=base_url, http_client=sdk_client(httpx.MockTransport(recorder))
+    )
 
 
 def hello() -> ModelRequest:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests._sdk_http import sdk_client
 from tests.test_models_http import KEY, WEATHER_TOOL
 from tests.test_provider_tools import SEARCHED
 from toren.worker.models._anthropic import AnthropicModel
@@ -149,8 +150,11 @@ Provider = OpenAIModel | AnthropicModel
 
 
 def make(name: str, *, base_url: str | None = None, **kwargs: Any) -> Provider:
-    cls = OpenAIModel if name == "openai" else AnthropicModel
-    return cls(KEY, base_url=base_url, **kwargs)
+    if name == "openai":
+        return OpenAIModel(KEY, base_url=base_url, **kwargs)
+    if "transport" in kwargs:  # the SDK sends through httpx2
+        kwargs["http_client"] = sdk_client(kwargs.pop("transport"))
+    return AnthropicModel(KEY, base_url=base_url, **kwargs)
 
 
 async def unstreamed(name: str, body: dict[str, Any], tools: bool = False) -> ModelReply:

@@ -7,6 +7,7 @@ import copy
 import json
 from typing import Any
 
+from tests._sdk_http import sdk_client
 from tests.test_models_http import KEY, WEATHER_TOOL, answering, anthropic, openai
 from tests.test_models_streaming import (
     OA_DONE,
@@ -108,7 +109,7 @@ async def test_anthropic_streamed_usage_counts_the_cache_tokens_of_message_start
                   "cache_creation_input_tokens": 50}}})  # fmt: skip
     body = b"".join([start, an_block(0, {"type": "text", "text": ""}), an_text(0, "ok"),
                      an_stop(0), *an_end("end_turn", 7)])  # fmt: skip
-    model = AnthropicModel(KEY, transport=replaying(body))
+    model = AnthropicModel(KEY, http_client=sdk_client(replaying(body)))
     reply = await model.complete(ask(on_delta=lambda delta: None))
     assert reply.usage == {"input_tokens": 3075, "output_tokens": 7,
                            "cache_read_tokens": 3000, "cache_write_tokens": 50}  # fmt: skip
@@ -263,6 +264,6 @@ async def test_streamed_thinking_blocks_go_back_unchanged_too() -> None:
         an_delta(3, {"type": "input_json_delta", "partial_json": '{"city": "Paris"}'}),
         an_stop(3), *an_end("tool_use"),
     ])  # fmt: skip
-    model = AnthropicModel(KEY, transport=replaying(stream))
+    model = AnthropicModel(KEY, http_client=sdk_client(replaying(stream)))
     body = await next_request_after(lambda: model.complete(ask(on_delta=lambda delta: None)))
     assert body["messages"][1] == {"role": "assistant", "content": THINKING}

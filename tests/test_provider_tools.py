@@ -18,6 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
+from tests._sdk_http import sdk_client
 from tests.conftest import fetch_history, result_of
 from toren import AgentRun
 from toren import client as toren_client
@@ -112,7 +113,7 @@ def fake(replies: list[dict[str, Any]], bodies: list[dict[str, Any]]) -> Anthrop
         bodies.append(json.loads(request.content))
         return httpx.Response(200, json=replies[len(bodies) - 1])
 
-    return AnthropicModel(KEY, transport=httpx.MockTransport(handler))
+    return AnthropicModel(KEY, http_client=sdk_client(httpx.MockTransport(handler)))
 
 
 SEARCH_TOOL = {

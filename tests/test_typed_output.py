@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from tests._sdk_http import sdk_client
 from tests.conftest import fetch_history, result_of
 from tests.test_streaming import collect
 from toren import client as toren_client
@@ -175,7 +176,7 @@ async def test_anthropic_answers_through_a_final_output_tool_that_becomes_text()
     }
     sent, transport = _capture(reply)
     request, answered = ask_for_output(REQUEST, ORDER, "Order", "auto", "anthropic")
-    got = answered(await AnthropicModel("k", transport=transport).complete(request))
+    got = answered(await AnthropicModel("k", http_client=sdk_client(transport)).complete(request))
     tools = sent[0]["tools"]
     assert [t["name"] for t in tools] == ["final_output"]
     assert tools[0]["input_schema"] == ORDER
@@ -198,7 +199,7 @@ async def test_a_tool_call_beside_final_output_stays_a_tool_call() -> None:
     }
     _, transport = _capture(reply)
     request, answered = ask_for_output(REQUEST, ORDER, "Order", "tool", "anthropic")
-    got = answered(await AnthropicModel("k", transport=transport).complete(request))
+    got = answered(await AnthropicModel("k", http_client=sdk_client(transport)).complete(request))
     assert [c["name"] for c in got.tool_calls] == ["lookup", "final_output"]
 
 
@@ -225,7 +226,7 @@ async def test_a_non_object_schema_is_wrapped_for_the_tool_and_unwrapped() -> No
     }
     sent, transport = _capture(reply)
     request, answered = ask_for_output(REQUEST, schema, "output", "auto", "anthropic")
-    got = answered(await AnthropicModel("k", transport=transport).complete(request))
+    got = answered(await AnthropicModel("k", http_client=sdk_client(transport)).complete(request))
     assert sent[0]["tools"][0]["input_schema"]["properties"]["value"] == schema
     assert json.loads(got.content) == [1]
 

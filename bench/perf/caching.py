@@ -16,7 +16,7 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
+import httpx2
 
 from toren.worker._prices import prices_for
 from toren.worker.models._anthropic import AnthropicModel
@@ -41,7 +41,7 @@ class FakeAnthropic:
         self.cached: set[str] = set()
         self.turn = 0
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         # The prompt as one sequence of blocks in cache order: tools, system, messages.
         blocks: list[Any] = [*body.get("tools", [])]
@@ -84,7 +84,7 @@ class FakeAnthropic:
                  "cache_read_input_tokens": read,
                  "cache_creation_input_tokens": written}  # fmt: skip
         stop = "end_turn" if last else "tool_use"
-        return httpx.Response(200, json={
+        return httpx2.Response(200, json={
             "id": f"msg_{self.turn}", "type": "message", "role": "assistant", "model": MODEL,
             "content": content, "stop_reason": stop, "usage": usage})  # fmt: skip
 
@@ -99,7 +99,9 @@ def _unmarked(block: Any) -> Any:
 
 async def loop(caching: bool) -> tuple[float, dict[str, int]]:
     """The input cost of one 30-turn loop, and its summed usage."""
-    model = AnthropicModel("sk-bench", transport=httpx.MockTransport(FakeAnthropic()))
+    model = AnthropicModel(
+        "sk-bench", http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(FakeAnthropic()))
+    )
     prices = prices_for(f"anthropic/{MODEL}", None)
     assert prices is not None
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Check my 30 orders."}]

@@ -190,7 +190,7 @@ async def post_stream(
             yield response
 
 
-def retry_after(headers: httpx.Headers) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
     """Seconds the server asks us to wait, from `Retry-After` (seconds or HTTP-date).
 
     OpenAI's `retry-after-ms` is preferred when present since it is more precise.

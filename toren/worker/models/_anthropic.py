@@ -1,4 +1,4 @@
-"""The Anthropic provider: the Messages API over httpx.
+"""The Anthropic provider: the Messages API through the official SDK (`anthropic`).
 
 Toren's neutral transcript is mapped to Anthropic's content blocks: assistant tool calls become
 `tool_use` blocks, and tool results become `tool_result` blocks grouped into the user turn that
@@ -10,8 +10,9 @@ server-tool declaration. Its `server_tool_use` and `*_tool_result` blocks come b
 reply: the message keeps the reply's blocks verbatim (`provider_content`), which go back as the
 assistant turn of the next request as the API requires, and a readable `provider_calls` list.
 
-A request with `on_delta` streams (`"stream": true`); `toren.worker.models._anthropic_stream` reads
-the events.
+The SDK sends each request and raises its errors, with its retries off; toren builds the body
+and reads the reply (`toren.worker.models._anthropic_call`). A request with `on_delta` streams
+(`"stream": true`); `toren.worker.models._anthropic_stream` reads the events.
 
 Prompt caching is on unless `settings["prompt_caching"]` is False: the request carries
 `cache_control` breakpoints (`toren.worker.models._anthropic_cache`), and the usage counts the
@@ -26,17 +27,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import httpx2
+
 from toren.agent._types import CUT_AT_MAX_TOKENS
 from toren.worker.models._anthropic_cache import mark_breakpoints
-from toren.worker.models._anthropic_stream import AnthropicStream
+from toren.worker.models._anthropic_call import client, sent
 from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
 from toren.worker.models._hosted import hosted_declaration
-from toren.worker.models._http_model import HTTPModel
 
 __all__ = ["AnthropicModel"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-API_VERSION = "2023-06-01"
 FINISH_REASONS = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -50,52 +51,84 @@ THINKING = frozenset({"thinking", "redacted_thinking"})
 """Blocks of extended thinking: not part of toren's transcript, but sent back as they came."""
 
 
-class AnthropicModel(HTTPModel):
-    """A model behind the Anthropic Messages API.
+class AnthropicModel:
+    """A model behind the Anthropic Messages API, called through `anthropic.AsyncAnthropic`.
 
-    `api_key` is sent as `x-api-key`. `base_url` is the API root without `/v1`,
-    `https://api.anthropic.com` by default (the same convention as `ANTHROPIC_BASE_URL` in
-    Anthropic's SDK). The other arguments are `HTTPModel`'s.
+    Args:
+        api_key: Sent as `x-api-key`; it never appears in an error or in `repr`.
+        base_url: The API root without `/v1`, `https://api.anthropic.com` by default (the
+            convention of `ANTHROPIC_BASE_URL` in Anthropic's SDK).
+        http_client: An `httpx2.AsyncClient` for the SDK to send through (tests pass one with
+            an `httpx2.MockTransport`); owned by the caller, never closed here. None: a client
+            per call, closed after it, so no pool outlives the activity's event loop.
+        timeout: Seconds allowed for each of connecting, writing, reading and pool waits.
     """
 
     vendor = "Anthropic"
-    default_base_url = DEFAULT_BASE_URL
-    path = "/v1/messages"
-    reply_kind = "message"
-    stream_fields = {"stream": True}
-    stream_end = "`message_stop` event"
 
-    def headers(self) -> dict[str, str]:
-        """`Accept`, the key and the API version."""
-        return {
-            "Accept": "application/json",
-            "x-api-key": self.api_key,
-            "anthropic-version": API_VERSION,
-        }
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str | None = None,
+        *,
+        http_client: httpx2.AsyncClient | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.api_key = api_key
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.http_client = http_client
+        self.timeout = timeout
+        # Errors name the server when it is not Anthropic's, so a misconfigured URL shows.
+        self.label = (
+            self.vendor
+            if self.base_url == DEFAULT_BASE_URL
+            else f"{self.vendor}-compatible server {self.base_url}"
+        )
+
+    def __repr__(self) -> str:
+        # Where it points, and never the key.
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """Send one request; a turn Anthropic paused (`pause_turn`) is continued in this call.
 
         A long turn of server tools can stop with `pause_turn`, to be sent back as it is so the
         model goes on. That is one model turn, not a retry: its parts become one reply, so the
-        workflow sees a whole turn (and never ends a run on half of one). Raises what
-        `HTTPModel.complete` raises.
+        workflow sees a whole turn (and never ends a run on half of one).
+
+        Raises:
+            ModelHTTPError: The server answered with an error status, could not be reached, or
+                sent a reply toren cannot read; `retryable` says whether to try again
+                (`PromptTooLongError` for a refusal for length).
+            ValueError: The transcript holds a message of an unknown role.
         """
-        reply = await super().complete(request)
+        reply = await self._once(request)
         for _ in range(MAX_PAUSES):
             if reply.finish_reason != "pause_turn":
                 break
             paused = [*request.messages, reply.message()]
             on_delta = _shifted(request.on_delta, len(reply.tool_calls))
-            more = await super().complete(
+            more = await self._once(
                 dataclasses.replace(request, messages=paused, on_delta=on_delta)
             )
             reply = _joined(reply, more)
         return reply
 
-    def stream_reader(self) -> AnthropicStream:
-        """A reader for one streamed message."""
-        return AnthropicStream()
+    async def _once(self, request: ModelRequest) -> ModelReply:
+        body = self.request_body(request)
+        sdk = client(self.api_key, self.base_url, self.http_client, self.timeout)
+        try:
+            return await sent(
+                sdk,
+                body,
+                lambda data: self.parse_reply(data, request.model),
+                request.on_delta,
+                label=self.label,
+                key=self.api_key,
+            )
+        finally:
+            if self.http_client is None:
+                await sdk.close()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API JSON body for `request`.

@@ -19,10 +19,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from toren.errors import TorenError
 from toren.worker.models._base import ModelReply
-from toren.worker.models._sse import SNIPPET_CHARS, ServerSentEvent, StreamError, json_data
 
-__all__ = ["AnthropicStream"]
+__all__ = ["AnthropicStream", "StreamError"]
+
+SNIPPET_CHARS = 120
+"""How much of an event's data an error quotes."""
 
 READ_BLOCKS = frozenset({"text", "tool_use", "server_tool_use"})
 """Blocks whose content reaches toren's reply; an unknown delta on one fails the call."""
@@ -31,6 +34,14 @@ EVENTS = frozenset(
      "message_delta", "message_stop"}
 )  # fmt: skip
 """The events toren reads; others (`ping`, any new one) are ignored, `error` fails the call."""
+
+
+class StreamError(TorenError):
+    """A stream toren cannot read; the message says what was wrong (never reaches a user).
+
+    `AnthropicModel` prefixes it with the provider's name and raises a retryable
+    `ModelHTTPError`.
+    """
 
 
 class AnthropicStream:
@@ -46,27 +57,33 @@ class AnthropicStream:
         self._calls: dict[int, int] = {}
         """Block index → the call's place in `ModelReply.tool_calls` (the deltas' `index`)."""
 
-    def feed(self, event: ServerSentEvent) -> list[dict[str, Any]]:
-        """Take the next event; return its deltas (see `ModelRequest.on_delta`)."""
-        if event.event == "error":
-            raise StreamError(f"sent an error event mid-stream: {_error_text(event)}")
-        if event.event not in EVENTS:
+    def feed(self, event: str | None, text: str) -> list[dict[str, Any]]:
+        """Take the next event (its name and data); return its deltas (see `ModelRequest.on_delta`).
+
+        Raises:
+            StreamError: An `error` event, data that is not JSON, or an unknown delta on a
+                block toren reads.
+            ValueError: An event of the wrong shape (also KeyError, TypeError and friends).
+        """
+        if event == "error":
+            raise StreamError(f"sent an error event mid-stream: {_error_text(text)}")
+        if event not in EVENTS:
             return []
-        data = json_data(event)
+        data = _json(event, text)
         if not isinstance(data, dict):
             raise ValueError("the data is not a JSON object")
-        if event.event == "message_start":
+        if event == "message_start":
             self._message = {**data["message"], "content": []}
             return []
         if self._message is None:
             raise ValueError("no message_start before it")
-        if event.event == "content_block_start":
+        if event == "content_block_start":
             return self._start(int(data["index"]), dict(data["content_block"]))
-        if event.event == "content_block_delta":
+        if event == "content_block_delta":
             return self._delta(int(data["index"]), data["delta"])
-        if event.event == "content_block_stop":
+        if event == "content_block_stop":
             self._close(int(data["index"]))
-        elif event.event == "message_delta":
+        elif event == "message_delta":
             self._message.update(data.get("delta") or {})
             # Cumulative counts; `input_tokens` comes in `message_start` (and here, lately).
             usage = {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
@@ -147,9 +164,17 @@ class AnthropicStream:
         return reply
 
 
-def _error_text(event: ServerSentEvent) -> str:
+def _json(event: str, text: str) -> Any:
     try:
-        error = json.loads(event.data).get("error") or {}
+        return json.loads(text)
+    except ValueError:
+        snippet = text[:SNIPPET_CHARS]
+        raise StreamError(f"sent a {event!r} event whose data is not JSON: {snippet!r}") from None
+
+
+def _error_text(text: str) -> str:
+    try:
+        error = json.loads(text).get("error") or {}
         return f"{error['type']}: {error['message']}"
     except (ValueError, AttributeError, KeyError, TypeError):
-        return repr(event.data[:SNIPPET_CHARS])
+        return repr(text[:SNIPPET_CHARS])
