@@ -431,3 +431,26 @@ async def test_live_gemini_api_answers_and_calls_a_tool() -> None:
     )
     assert got.finish_reason == "tool_calls" and got.tool_calls[0]["name"] == "get_weather"
     assert got.usage["input_tokens"] > 0 and deltas
+
+
+async def test_vertex_calls_its_project_with_a_bearer_token() -> None:
+    from google.oauth2.credentials import Credentials
+
+    from toren.worker.models._gemini import Vertex
+
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return _ok("Hi from Vertex.")
+
+    provider = GeminiModel(
+        vertex=Vertex("my-project", "europe-west4", credentials=Credentials(token="ya29.test")),
+        transport=httpx.MockTransport(handle),
+    )
+    got = await provider.complete(ModelRequest(model=MODEL, system="", messages=HI))
+    assert got.content == "Hi from Vertex."
+    assert seen[0].headers["authorization"] == "Bearer ya29.test"
+    assert "x-goog-api-key" not in seen[0].headers
+    path = seen[0].url.path
+    assert f"/projects/my-project/locations/europe-west4/publishers/google/models/{MODEL}" in path
