@@ -334,3 +334,42 @@ async def test_an_unreachable_server_is_retryable() -> None:
     with pytest.raises(ModelHTTPError) as err:
         await provider.complete(ModelRequest(model=MODEL, system="", messages=HI))
     assert err.value.retryable and "could not be reached" in str(err.value)
+
+
+async def test_a_blocked_prompt_says_so() -> None:
+    blocked = {
+        "promptFeedback": {"blockReason": "SAFETY"},
+        "usageMetadata": {"promptTokenCount": 4},
+    }
+    got = await model([httpx.Response(200, json=blocked)], []).complete(
+        ModelRequest(model=MODEL, system="", messages=HI)
+    )
+    assert (got.content, got.finish_reason) == ("", "prompt_blocked_safety")
+
+
+class _BrokenStream(httpx.AsyncByteStream):
+    async def __aiter__(self) -> Any:
+        yield f"data: {json.dumps(reply([{'text': 'Hel'}], finish=None))}\r\n\r\n".encode()
+        raise httpx.ReadError("peer closed the connection")
+
+
+async def test_a_stream_broken_off_or_failing_midway_is_retryable() -> None:
+    broken = httpx.Response(
+        200, stream=_BrokenStream(), headers={"content-type": "text/event-stream"}
+    )
+    error = await _failure(broken, streamed=True)
+    assert error.retryable and "broke off mid-stream" in str(error)
+    overloaded = {
+        "error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}
+    }
+    error = await _failure(sse(reply([{"text": "Hel"}], finish=None), overloaded), streamed=True)
+    assert error.retryable and error.status == 503 and "overloaded" in str(error)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_reply_that_is_not_json_is_retryable(streamed: bool) -> None:
+    page = httpx.Response(
+        200, text="<html>proxy error</html>", headers={"content-type": "text/html"}
+    )
+    error = await _failure(page, streamed=streamed)
+    assert error.retryable and error.status is None and "not JSON" in str(error)

@@ -1,4 +1,4 @@
-"""The Gemini provider in a worker: its env, a run on the dev server, Vertex AI, the live API.
+"""The Gemini provider in a worker (env, a dev-server run, Vertex AI, live API), and its timeouts.
 
 The HTTP is faked as in `tests/test_models_gemini.py` (through Google's SDK); the live test
 calls the Gemini API when `GEMINI_API_KEY` is set and skips otherwise.
@@ -17,13 +17,13 @@ import pytest
 from temporalio.client import Client
 
 from tests.conftest import result_of, secret
-from tests.test_models_gemini import HI, MODEL, WEATHER, _ok, body, reply, sse
+from tests.test_models_gemini import HI, KEY, MODEL, WEATHER, _ok, body, model, reply, sse
 from toren import MissingEnvError, load_agent
 from toren import client as toren_client
 from toren.errors import ConfigError
 from toren.worker import serve
 from toren.worker.models import provider_for
-from toren.worker.models._base import ModelRequest
+from toren.worker.models._base import ModelHTTPError, ModelRequest
 from toren.worker.models._gemini import GeminiModel
 
 
@@ -137,3 +137,35 @@ async def test_vertex_calls_its_project_with_a_bearer_token() -> None:
     assert "x-goog-api-key" not in seen[0].headers
     path = seen[0].url.path
     assert f"/projects/my-project/locations/europe-west4/publishers/google/models/{MODEL}" in path
+
+
+async def test_a_timeout_is_retryable() -> None:
+    def stall(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    provider = GeminiModel(KEY, transport=httpx.MockTransport(stall), timeout=5)
+    with pytest.raises(ModelHTTPError) as err:
+        await provider.complete(ModelRequest(model=MODEL, system="", messages=HI))
+    assert err.value.retryable and "timed out" in str(err.value)
+
+
+class _BrokenAfterACheckpoint(httpx.AsyncByteStream):
+    async def __aiter__(self) -> Any:
+        chunk = reply([{"text": "Hel"}], finish=None)
+        chunk["candidates"][0]["continuationToken"] = "Y2hlY2twb2ludC0x"
+        yield f"data: {json.dumps(chunk)}\r\n\r\n".encode()
+        raise httpx.ReadError("peer closed the connection")
+
+
+async def test_the_sdk_never_resumes_a_stream_itself() -> None:
+    # The SDK would resend the request from the stream's checkpoint: Temporal retries instead.
+    seen: list[httpx.Request] = []
+    answer = httpx.Response(
+        200, stream=_BrokenAfterACheckpoint(), headers={"content-type": "text/event-stream"}
+    )
+    provider = model([answer, _ok("resumed")], seen)
+    with pytest.raises(ModelHTTPError) as err:
+        await provider.complete(
+            ModelRequest(model=MODEL, system="", messages=HI, on_delta=lambda delta: None)
+        )
+    assert err.value.retryable and len(seen) == 1

@@ -21,6 +21,7 @@ Every call has its own httpx client (toren's transport and timeout, so tests pas
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -137,9 +138,11 @@ class GeminiModel:
                 stream = await models.generate_content_stream(
                     model=request.model, contents=contents, config=config
                 )
+            started = False  # the SDK sends the request on the first read
             while True:
-                with self._failures():
+                with self._failures(mid_stream=started):
                     chunk = await anext(stream, None)
+                started = True
                 if chunk is None:
                     break
                 with self._parsing():
@@ -207,18 +210,25 @@ class GeminiModel:
             ) from None
 
     @contextmanager
-    def _failures(self) -> Iterator[None]:
+    def _failures(self, *, mid_stream: bool = False) -> Iterator[None]:
         """The SDK's failures as toren's (`toren.worker._http`'s classification)."""
         try:
             yield
         except genai_errors.APIError as exc:
             raise self._status_error(exc) from None
+        except (json.JSONDecodeError, genai_errors.UnknownApiResponseError) as exc:
+            # A 200 that is not JSON (a proxy's page): retryable, as `post_json`'s `not_json`.
+            raise self._error(
+                f"{self.label} sent a reply that is not JSON: {str(exc)[:DETAIL_CHARS]}"
+            ) from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise self._error(f"{self.label}: cannot call it: {exc}", retryable=False) from None
         except httpx.HTTPError as exc:
             kind = (
                 "timed out" if isinstance(exc, httpx.TimeoutException) else "could not be reached"
             )
+            if mid_stream:
+                kind = "timed out mid-stream" if kind == "timed out" else "broke off mid-stream"
             raise self._error(f"{self.label} {kind}: {type(exc).__name__}: {exc}") from None
         except google.auth.exceptions.TransportError as exc:
             raise self._error(f"{self.label}: getting an access token failed: {exc}") from None

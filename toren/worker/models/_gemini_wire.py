@@ -172,7 +172,7 @@ class ReplyParts:
         if not candidates:
             blocked = getattr(response.prompt_feedback, "block_reason", None)
             if blocked is not None:
-                self._finish = _name(blocked).lower()
+                self._finish = f"prompt_blocked_{_name(blocked).lower()}"
             return deltas
         candidate = candidates[0]
         if candidate.finish_reason is not None:
