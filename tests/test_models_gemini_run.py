@@ -169,3 +169,33 @@ async def test_the_sdk_never_resumes_a_stream_itself() -> None:
             ModelRequest(model=MODEL, system="", messages=HI, on_delta=lambda delta: None)
         )
     assert err.value.retryable and len(seen) == 1
+
+
+async def test_a_typed_output_comes_through_a_tool_unless_native_is_asked() -> None:
+    from toren.worker.models._output import ask_for_output, mode_for
+
+    assert mode_for("auto", "gemini") == mode_for("auto", "vertex") == "tool"
+    assert mode_for("native", "gemini") == "native" and mode_for("native", "anthropic") == "tool"
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    seen: list[httpx.Request] = []
+    answer = {"functionCall": {"name": "final_output", "args": {"ok": True}}}
+    provider = model([httpx.Response(200, json=reply([answer]))], seen)
+    asked, read = ask_for_output(
+        ModelRequest(model=MODEL, system="Judge.", messages=HI, tools=[WEATHER]),
+        schema, "Verdict", "auto", "gemini",
+    )  # fmt: skip
+    got = read(await provider.complete(asked))
+    assert json.loads(got.content) == {"ok": True} and not got.tool_calls
+    assert got.finish_reason == "stop"
+    sent = body(seen[0])
+    names = [d["name"] for d in sent["tools"][0]["functionDeclarations"]]
+    assert names == ["get_weather", "final_output"]
+    assert "responseMimeType" not in sent.get("generationConfig", {})
+
+
+def test_without_the_sdk_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import toren.worker.models._gemini as gemini
+
+    monkeypatch.setattr(gemini, "genai", None)
+    with pytest.raises(ConfigError, match=r"pip install 'toren\[gemini\]'"):
+        provider_for("gemini/gemini-2.5-flash", {"GEMINI_API_KEY": KEY})
