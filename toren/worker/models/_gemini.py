@@ -120,7 +120,7 @@ class GeminiModel:
             ValueError: The request holds a tool a provider runs.
         """
         wire, settings = request_arguments(request)
-        # As the SDK's types, which it writes in the API's own (camelCase) names throughout.
+        # As the SDK's types: a transcript they cannot carry fails here, before any call.
         contents = [genai_types.Content.model_validate(turn) for turn in wire]
         config = genai_types.GenerateContentConfig.model_validate(settings)
         parts = ReplyParts(request)
