@@ -108,12 +108,17 @@ def test_bad_model_settings_and_retry_name_the_key(tmp_path: Path) -> None:
     assert "modelRetry: maxIntervalS (5) is below initialIntervalS (30)" in text
 
 
-def test_thinking_is_for_anthropic_models_only(tmp_path: Path) -> None:
+def test_thinking_is_for_anthropic_and_gemini_models_only(tmp_path: Path) -> None:
     write(
         tmp_path, "name: shop\nmodel: openai/gpt-4o\nmodelSettings: {thinkingBudgetTokens: 2048}\n"
     )
-    with pytest.raises(ConfigError, match="thinkingBudgetTokens: only anthropic/ models take it"):
+    with pytest.raises(ConfigError, match="thinkingBudgetTokens: only anthropic/, gemini/ and"):
         load_agent(tmp_path)
+    write(
+        tmp_path,
+        "name: shop\nmodel: gemini/gemini-2.5-flash\nmodelSettings: {thinkingBudgetTokens: 2048}\n",
+    )
+    assert load_agent(tmp_path).config.model_settings.thinking_budget_tokens == 2048
 
 
 @pytest.mark.parametrize(
@@ -160,7 +165,8 @@ def test_one_error_lists_every_stage(tmp_path: Path) -> None:
         load_agent(tmp_path)
     yaml_file = tmp_path / "agent.yaml"
     assert err.value.problems == [
-        f"{yaml_file}: model: 'gpt-4' must be openai/<model>, anthropic/<model> or mock/<name>",
+        f"{yaml_file}: model: 'gpt-4' must be openai/<model>, anthropic/<model>, gemini/<model>, "
+        "vertex/<model> or mock/<name>",
         f"{yaml_file}: limits.maxStepsPerTask: must be a valid integer, unable to parse string "
         "as an integer, got 'many'",
         f"{yaml_file}: instructions: file 'instructions.md' not found",

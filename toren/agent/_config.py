@@ -72,6 +72,10 @@ __all__ = [
 PROVIDER_KEYS: dict[str, str | None] = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    # GOOGLE_API_KEY is taken in its place (`toren.worker._agent._KEY_ALIASES`).
+    "gemini": "GEMINI_API_KEY",
+    # Vertex AI signs in with a service account, not a key: the project is what it must have.
+    "vertex": "GOOGLE_CLOUD_PROJECT",
     "mock": None,
 }
 """Model providers `model:` may name → the env name holding the provider's API key."""
@@ -167,7 +171,10 @@ class AgentConfig(Strict):
     def _known_provider(cls, model: str) -> str:
         provider, _, rest = model.partition("/")
         if provider not in PROVIDER_KEYS or not rest:
-            raise ValueError(f"{model!r} must be openai/<model>, anthropic/<model> or mock/<name>")
+            raise ValueError(
+                f"{model!r} must be openai/<model>, anthropic/<model>, gemini/<model>, "
+                "vertex/<model> or mock/<name>"
+            )
         return model
 
     @field_validator("model_settings", mode="wrap")
@@ -178,8 +185,12 @@ class AgentConfig(Strict):
         # Read off the keys given, so a block with other mistakes hears this in the same pass.
         problems = []
         anthropic = str(info.data.get("model", "")).startswith("anthropic/")
-        if not anthropic and isinstance(value, dict) and value.get("thinkingBudgetTokens"):
-            problems.append("thinkingBudgetTokens: only anthropic/ models take it; remove it")
+        thinks = anthropic or str(info.data.get("model", "")).startswith(("gemini/", "vertex/"))
+        if not thinks and isinstance(value, dict) and value.get("thinkingBudgetTokens"):
+            problems.append(
+                "thinkingBudgetTokens: only anthropic/, gemini/ and vertex/ models take it; "
+                "remove it"
+            )
         if anthropic and isinstance(value, dict):
             if value.get("seed") is not None:
                 problems.append("seed: Anthropic's API takes no seed; remove it")

@@ -122,7 +122,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
         )
         if agent.config.sandbox:
             print(f"  {_sandbox_limits_line(agent.config)}")
-        missing = [n for n in agent.required_env() if not os.environ.get(n)]
+        missing = agent.missing_env(os.environ)
         print(f"  env required: {', '.join(agent.required_env()) or 'none'}")
         if missing:
             print(f"  ! missing here: {', '.join(missing)} (a worker would refuse to start)")
@@ -170,7 +170,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
                 f"  handoff transfer_to_{name}: to agent {name!r} ({target.folder}), served by "
                 f"this agent's workers on task queue {agent.task_queue!r}"
             )
-            absent = [n for n in target.required_env() if not os.environ.get(n)]
+            absent = target.missing_env(os.environ)
             if absent:
                 print(f"  ! {name}: missing here: {', '.join(absent)} (a worker would refuse)")
         for name, server in agent.config.mcp_servers.items():

@@ -25,7 +25,14 @@ from toren.errors import ConfigError, MissingEnvError
 __all__ = ["Agent", "load_agent", "process_specs"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
+_PROVIDER_OPTIONAL = {
+    "openai": ("OPENAI_BASE_URL",),
+    "anthropic": ("ANTHROPIC_BASE_URL",),
+    "gemini": ("GOOGLE_GEMINI_BASE_URL",),
+    "vertex": ("GOOGLE_CLOUD_LOCATION", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_VERTEX_BASE_URL"),
+}
+_KEY_ALIASES = {"GEMINI_API_KEY": "GOOGLE_API_KEY"}
+"""A provider key → the other name it may go by (the SDK's older one), read when it is unset."""
 
 
 @dataclass
@@ -72,13 +79,19 @@ class Agent:
             names += builtin_env(builtin)
         return sorted(set(names))
 
+    def missing_env(self, environ: Mapping[str, str]) -> list[str]:
+        """The required env names `environ` lacks (a key set under its alias is not lacking)."""
+        environ = _aliased(environ)
+        return [n for n in self.required_env() if not environ.get(n)]
+
     def resolve_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """Read the declared env from `environ`.
 
         Raises:
             MissingEnvError: names every missing required variable (never a value).
         """
-        missing = [n for n in self.required_env() if not environ.get(n)]
+        environ = _aliased(environ)
+        missing = self.missing_env(environ)
         if missing:
             raise MissingEnvError(self.name, missing)
         env = {n: environ[n] for n in self.required_env()}
@@ -89,6 +102,14 @@ class Agent:
             if environ.get(name):
                 env.setdefault(name, environ[name])
         return env
+
+
+def _aliased(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """`environ`, with a key set only under its alias (`_KEY_ALIASES`) under its name too."""
+    found = {
+        k: environ[a] for k, a in _KEY_ALIASES.items() if not environ.get(k) and environ.get(a)
+    }
+    return {**environ, **found} if found else environ
 
 
 def load_agent(folder: str | Path, *, children: bool = True) -> Agent:

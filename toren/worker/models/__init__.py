@@ -1,4 +1,4 @@
-"""Model providers: `openai/<model>`, `anthropic/<model>`, `mock/echo`, `mock/scripted`.
+"""Model providers: `openai/`, `anthropic/`, `gemini/`, `vertex/<model>`; `mock/<name>`.
 
 ```python
 provider = provider_for("openai/gpt-4o-mini", env, folder)   # OPENAI_BASE_URL is honoured
@@ -55,6 +55,22 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             base_url=env.get("ANTHROPIC_BASE_URL") or None,
             timeout=_timeout(),
         )
+    if provider in ("gemini", "vertex"):
+        from toren.worker.models._gemini import GeminiModel, Vertex
+
+        # GOOGLE_API_KEY stands in for GEMINI_API_KEY (`toren.worker._agent._KEY_ALIASES`).
+        return GeminiModel(
+            env.get("GEMINI_API_KEY", ""),
+            vertex=Vertex(
+                env["GOOGLE_CLOUD_PROJECT"],
+                env.get("GOOGLE_CLOUD_LOCATION") or "global",
+                env.get("GOOGLE_APPLICATION_CREDENTIALS") or None,
+            )
+            if provider == "vertex"
+            else None,
+            base_url=env.get(f"GOOGLE_{provider.upper()}_BASE_URL") or None,
+            timeout=_timeout(),
+        )
     if provider == "mock":
         if name == "echo":
             return EchoModel()
@@ -67,7 +83,9 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
                 "or use mock/echo)"
             )
         return ScriptedModel.from_file(script)
-    raise ConfigError(f"model {model!r}: unknown provider {provider!r} (openai, anthropic, mock)")
+    raise ConfigError(
+        f"model {model!r}: unknown provider {provider!r} (openai, anthropic, gemini, vertex, mock)"
+    )
 
 
 def _timeout() -> float:

@@ -35,6 +35,8 @@ NO_HOSTED_TOOLS: dict[str, str] = {
         "`web_search_options` of the search models, which search on every request rather than "
         "as a tool the model calls"
     ),
+    "gemini": "toren does not send Gemini's Google Search grounding or code execution yet",
+    "vertex": "toren does not send Gemini's Google Search grounding or code execution yet",
     "mock": "the mock models run no tools themselves",
 }
 """Why a provider has no hosted tools toren can send."""

@@ -3,7 +3,8 @@
 `output_mode: auto` picks by provider: `native` for OpenAI-compatible servers (the request's
 `response_format` carries the schema, `ModelRequest.output_schema`), `tool` for Anthropic (an
 extra tool, `final_output`, whose input schema is the output's, and an instruction to answer by
-calling it), and `native` for the mock models (which answer what their script says). `prompted`
+calling it) and for Gemini (whose JSON mode, `native` there, some models refuse beside function
+calling), and `native` for the mock models (which answer what their script says). `prompted`
 (any provider; for a server that supports neither) adds an instruction with the schema to the
 system prompt. Whatever the mode, the workflow validates the answer (`toren.workflows._output`).
 
@@ -30,8 +31,10 @@ from toren.worker.models._base import ModelReply, ModelRequest, arguments_object
 
 __all__ = ["ask_for_output", "mode_for"]
 
-_BY_PROVIDER = {"anthropic": "tool"}
+_BY_PROVIDER = {"anthropic": "tool", "gemini": "tool", "vertex": "tool"}
 """`auto`'s choice where it is not `native`."""
+_NO_NATIVE = frozenset({"anthropic"})
+"""Providers whose API takes no output schema: `native` there is `tool`."""
 _WRAPPED = "value"
 
 
@@ -40,9 +43,9 @@ def mode_for(mode: str, provider: str) -> str:
 
     `native` on Anthropic (agent.yaml refuses it, but `--model` can switch providers) is `tool`.
     """
-    if mode == "auto" or (mode == "native" and provider in _BY_PROVIDER):
+    if mode == "auto":
         return _BY_PROVIDER.get(provider, "native")
-    return mode
+    return "tool" if mode == "native" and provider in _NO_NATIVE else mode
 
 
 def ask_for_output(

@@ -113,6 +113,15 @@ _REFUSALS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], Refusal]], ...
         re.compile(r"requested tokens \((\d+)\) exceed context window of (\d+)"),
         lambda m: Refusal(int(m[2]), int(m[1])),
     ),
+    # Gemini: "The input token count (1234567) exceeds the maximum number of tokens allowed
+    # (1048576)."
+    (
+        re.compile(
+            r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)"
+        ),
+        lambda m: Refusal(int(m[2]), int(m[1])),
+    ),
+    (re.compile(r"exceeds the maximum number of tokens"), lambda m: Refusal()),
     # OpenAI's error code, and llama.cpp's 500 "Context size has been exceeded."
     (re.compile(r"context_length_exceeded|context size has been exceeded"), lambda m: Refusal()),
 )
@@ -121,7 +130,7 @@ _REFUSALS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], Refusal]], ...
 def refusal_for(text: str) -> Refusal | None:
     """The refusal for length in a provider's error text, or `None` for any other error.
 
-    Knows the wordings of OpenAI, Anthropic, vLLM and llama.cpp (see `_REFUSALS`).
+    Knows the wordings of OpenAI, Anthropic, Gemini, vLLM and llama.cpp (see `_REFUSALS`).
     """
     lowered = text.lower()
     for pattern, refusal in _REFUSALS:
