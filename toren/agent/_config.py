@@ -72,6 +72,7 @@ __all__ = [
 PROVIDER_KEYS: dict[str, str | None] = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
+    "bedrock": None,  # the AWS chain; the region is checked at worker start
     "mock": None,
 }
 """Model providers `model:` may name → the env name holding the provider's API key."""
@@ -167,7 +168,10 @@ class AgentConfig(Strict):
     def _known_provider(cls, model: str) -> str:
         provider, _, rest = model.partition("/")
         if provider not in PROVIDER_KEYS or not rest:
-            raise ValueError(f"{model!r} must be openai/<model>, anthropic/<model> or mock/<name>")
+            raise ValueError(
+                f"{model!r} must be openai/<model>, anthropic/<model>, bedrock/<modelId> or "
+                "mock/<name>"
+            )
         return model
 
     @field_validator("model_settings", mode="wrap")
@@ -186,6 +190,9 @@ class AgentConfig(Strict):
             temperature = value.get("temperature")
             if isinstance(temperature, int | float) and temperature > 1:
                 problems.append(f"temperature: Anthropic takes 0 to 1, got {temperature:g}")
+        bedrock = str(info.data.get("model", "")).startswith("bedrock/")
+        if bedrock and isinstance(value, dict) and value.get("seed") is not None:
+            problems.append("seed: Bedrock's Converse API takes no seed; remove it")
         return also_report(lambda: handler(value), None, problems, value)
 
     @field_validator("sandbox", mode="wrap")

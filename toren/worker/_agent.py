@@ -25,7 +25,20 @@ from toren.errors import ConfigError, MissingEnvError
 __all__ = ["Agent", "load_agent", "process_specs"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
+_PROVIDER_OPTIONAL = {
+    "openai": ("OPENAI_BASE_URL",),
+    "anthropic": ("ANTHROPIC_BASE_URL",),
+    # The AWS chain's names (toren.worker.models._bedrock.ENV_NAMES), kept to the worker.
+    "bedrock": (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "BEDROCK_ENDPOINT_URL",
+    ),
+}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 __all__ = ["PROVIDERS", "prices_for"]
 
-PROVIDERS = {"openai": "openai", "anthropic": "anthropic"}
+PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "bedrock": "aws"}
 """toren's model prefixes → the price table's provider ids (others have no known price)."""
 
 

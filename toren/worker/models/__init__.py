@@ -55,6 +55,10 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             base_url=env.get("ANTHROPIC_BASE_URL") or None,
             timeout=_timeout(),
         )
+    if provider == "bedrock":
+        from toren.worker.models._bedrock import bedrock_provider
+
+        return bedrock_provider(env, timeout=_timeout())
     if provider == "mock":
         if name == "echo":
             return EchoModel()
@@ -67,7 +71,9 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
                 "or use mock/echo)"
             )
         return ScriptedModel.from_file(script)
-    raise ConfigError(f"model {model!r}: unknown provider {provider!r} (openai, anthropic, mock)")
+    raise ConfigError(
+        f"model {model!r}: unknown provider {provider!r} (openai, anthropic, bedrock, mock)"
+    )
 
 
 def _timeout() -> float:

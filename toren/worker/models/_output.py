@@ -30,7 +30,7 @@ from toren.worker.models._base import ModelReply, ModelRequest, arguments_object
 
 __all__ = ["ask_for_output", "mode_for"]
 
-_BY_PROVIDER = {"anthropic": "tool"}
+_BY_PROVIDER = {"anthropic": "tool", "bedrock": "tool"}
 """`auto`'s choice where it is not `native`."""
 _WRAPPED = "value"
 
