@@ -249,7 +249,9 @@ class BedrockModel:
 
         if isinstance(exc, boto.ClientError):
             return self._client_error(exc)
-        if isinstance(exc, boto.HTTPClientError | aiohttp.ClientError | TimeoutError):
+        if isinstance(
+            exc, boto.HTTPClientError | boto.ConnectionError | aiohttp.ClientError | TimeoutError
+        ):
             timed_out = isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower()
             kind = "timed out" if timed_out else "could not be reached"
             return self._error(f"{self.label} {kind}: {type(exc).__name__}: {exc}")
