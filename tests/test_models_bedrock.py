@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +23,13 @@ from tests._fake_bedrock import (
     exception_event,
     stream_body,
 )
+from toren.agent._config import read_config
 from toren.errors import ConfigError, PromptTooLongError
 from toren.worker._prices import prices_for
 from toren.worker.models import ModelHTTPError, ModelRequest, provider_for
 from toren.worker.models._bedrock import BedrockModel
 from toren.worker.models._output import ask_for_output
+from toren.worker.models._window import window_of
 
 MODEL = "us.anthropic.claude-sonnet-4-20250514-v1:0"
 TOOL = {
@@ -330,6 +333,12 @@ def test_the_region_is_required_at_worker_start(monkeypatch: pytest.MonkeyPatch)
     assert repr(built) == "BedrockModel(region='eu-west-1', endpoint_url=None)"
 
 
+def test_a_bedrock_claude_id_has_its_models_window() -> None:
+    assert window_of(f"bedrock/{MODEL}") == 200_000
+    assert window_of("bedrock/anthropic.claude-3-5-haiku-20241022-v1:0") == 200_000
+    assert window_of("bedrock/amazon.nova-pro-v1:0") is None
+
+
 def test_genai_prices_knows_bedrock_model_ids() -> None:
     prices = prices_for(f"bedrock/{MODEL}", None)
     assert prices is not None and prices[:2] == (3.0, 15.0)
@@ -337,3 +346,49 @@ def test_genai_prices_knows_bedrock_model_ids() -> None:
         prices_for("bedrock/arn:aws:bedrock:us-east-1:1:application-inference-profile/x", None)
         is None
     )
+
+
+async def test_reasoning_goes_back_verbatim_and_caching_and_a_toolless_call_are_well_formed(
+    fake: FakeBedrock,
+) -> None:
+    reasoning = {"reasoningContent": {"reasoningText": {"text": "think", "signature": "sig"}}}
+    use = {"toolUseId": "t1", "name": "lookup", "input": {}}
+    fake.replies.append(
+        stream_body(
+            start(),
+            event("contentBlockDelta", {"contentBlockIndex": 0,
+                                        "delta": {"reasoningContent": {"text": "think"}}}),
+            event("contentBlockDelta", {"contentBlockIndex": 0,
+                                        "delta": {"reasoningContent": {"signature": "sig"}}}),
+            tool_start(1, "t1", "lookup"), message_stop("tool_use"),
+        )
+    )  # fmt: skip
+    reply = await provider(fake).complete(request(tools=[TOOL], on_delta=lambda d: None))
+    assert reply.provider_content == {"bedrock": [reasoning, {"toolUse": use}]}
+    # A summary call without tools: the transcript's tool blocks still need a toolConfig.
+    fake.replies.append(converse_json({"text": "summary"}))
+    then = [
+        *request().messages,
+        reply.message(),
+        {"role": "tool", "tool_call_id": "t1", "name": "lookup", "content": "none"},
+    ]
+    await provider(fake).complete(request(messages=then, settings={"prompt_caching": True}))  # fmt: skip
+    body = fake.requests[1]["body"]
+    assert body["messages"][1] == {"role": "assistant", "content": [reasoning, {"toolUse": use}]}
+    assert [t["toolSpec"]["name"] for t in body["toolConfig"]["tools"]] == ["lookup"]
+    assert body["system"] == [{"text": "Be brief."}, {"cachePoint": {"type": "default"}}]
+
+
+def test_agent_yaml_takes_bedrock_models_and_refuses_what_converse_cannot_do(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(f"name: a\nmodel: bedrock/{MODEL}\nmodelSettings: {{temperature: 0.5}}\n")
+    assert read_config(path).problems == []
+    path.write_text(
+        f"name: a\nmodel: bedrock/{MODEL}\nmodelSettings: {{seed: 1}}\n"
+        "output: {type: object}\noutput_mode: native\n"
+    )
+    problems = "\n".join(read_config(path).problems)
+    assert "seed: Bedrock's Converse API takes no seed" in problems
+    assert "which Bedrock's Converse API does not take" in problems
