@@ -51,6 +51,8 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    stall: bool = False
+    """Send `body`, then hang (promising more) until the server closes: a stalled stream."""
 
 
 def converse_json(*blocks: dict[str, Any], stop: str = "end_turn", **usage: int) -> Reply:
@@ -123,6 +125,7 @@ class FakeBedrock:
 
     def __init__(self) -> None:
         self.replies: list[Reply] = []
+        self.closing = threading.Event()
         self.requests: list[dict[str, Any]] = []
         fake = self
 
@@ -141,9 +144,13 @@ class FakeBedrock:
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(reply.body)))
+                promised = len(reply.body) + (1000 if reply.stall else 0)
+                self.send_header("Content-Length", str(promised))
                 self.end_headers()
                 self.wfile.write(reply.body)
+                self.wfile.flush()
+                if reply.stall:
+                    fake.closing.wait()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -154,6 +161,7 @@ class FakeBedrock:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
         self._thread.join()

@@ -227,6 +227,18 @@ async def test_a_stream_ending_before_message_stop_is_retryable(fake: FakeBedroc
     assert err.value.retryable and "no messageStop" in str(err.value)
 
 
+async def test_a_stream_that_stalls_times_out_retryably(fake: FakeBedrock) -> None:
+    stalled = stream_body(start(), text_delta(0, "so far"))
+    stalled.stall = True
+    fake.replies.append(stalled)
+    model = BedrockModel("us-east-1", endpoint_url=fake.url, credentials=FAKE_KEYS, timeout=1)
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(ModelHTTPError) as err:
+        await model.complete(request(on_delta=seen.append))
+    assert err.value.retryable and "timed out" in str(err.value)
+    assert seen == [{"type": "text_delta", "text": "so far"}]
+
+
 async def test_an_exception_mid_stream_is_classified_by_its_type(fake: FakeBedrock) -> None:
     fake.replies.append(
         stream_body(start(), text_delta(0, "x"), exception_event("throttlingException", "slow"))

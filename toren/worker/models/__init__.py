@@ -1,4 +1,4 @@
-"""Model providers: `openai/<model>`, `anthropic/<model>`, `mock/echo`, `mock/scripted`.
+"""Model providers: `openai/`, `anthropic/`, `bedrock/` (`<modelId>`), `mock/echo`, `mock/scripted`.
 
 ```python
 provider = provider_for("openai/gpt-4o-mini", env, folder)   # OPENAI_BASE_URL is honoured

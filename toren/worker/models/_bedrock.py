@@ -164,6 +164,9 @@ class BedrockModel:
             retries={"total_max_attempts": 1, "mode": "standard"},
             connect_timeout=timeout,
             read_timeout=timeout,
+            # `AWS_ENDPOINT_URL` often points S3 at MinIO or moto (TOREN_STORE): Bedrock's calls
+            # go to the region's endpoint, or to `BEDROCK_ENDPOINT_URL` only.
+            ignore_configured_endpoint_urls=True,
         )
 
     def __repr__(self) -> str:
@@ -209,17 +212,21 @@ class BedrockModel:
     ) -> ModelReply:
         response = await client.converse_stream(**params)
         stream = BedrockStream()
-        async for event in response["stream"]:
-            try:
-                deltas = stream.feed(event)
-            except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-                raise self._error(
-                    f"{self.label} sent a {sorted(event)} event that is not part of a "
-                    f"ConverseStream ({exc!r})"
-                ) from None
-            # Outside the `try`: what `on_delta` raises is the caller's own error.
-            for delta in deltas:
-                on_delta(delta)
+        try:
+            async for event in response["stream"]:
+                try:
+                    deltas = stream.feed(event)
+                except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+                    raise self._error(
+                        f"{self.label} sent a {sorted(event)} event that is not part of a "
+                        f"ConverseStream ({exc!r})"
+                    ) from None
+                # Outside the `try`: what `on_delta` raises is the caller's own error.
+                for delta in deltas:
+                    on_delta(delta)
+        finally:
+            # A stream left mid-way (a timeout, an error event) would hold its connection.
+            response["stream"].close()
         if not stream.done:
             raise self._error(f"{self.label} ended the stream before its end (no messageStop)")
         return self._parsed(lambda: stream.reply(lambda body: parse_reply(body, request.model)))
