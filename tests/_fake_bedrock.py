@@ -32,7 +32,14 @@ __all__ = [
     "error",
     "event",
     "exception_event",
+    "message_stop",
+    "metadata",
+    "start",
+    "stop",
     "stream_body",
+    "text_delta",
+    "tool_delta",
+    "tool_start",
 ]
 
 FAKE_KEYS = {
@@ -118,6 +125,36 @@ def exception_event(kind: str, message: str) -> bytes:
 def stream_body(*frames: bytes) -> Reply:
     """A ConverseStream answer made of `frames`."""
     return Reply(200, {"Content-Type": EVENT_STREAM}, b"".join(frames))
+
+
+def start() -> bytes:
+    return event("messageStart", {"role": "assistant"})
+
+
+def text_delta(index: int, text: str) -> bytes:
+    return event("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": text}})
+
+
+def tool_start(index: int, call_id: str, name: str) -> bytes:
+    start = {"toolUse": {"toolUseId": call_id, "name": name}}
+    return event("contentBlockStart", {"contentBlockIndex": index, "start": start})
+
+
+def tool_delta(index: int, fragment: str) -> bytes:
+    delta = {"toolUse": {"input": fragment}}
+    return event("contentBlockDelta", {"contentBlockIndex": index, "delta": delta})
+
+
+def stop(index: int) -> bytes:
+    return event("contentBlockStop", {"contentBlockIndex": index})
+
+
+def message_stop(reason: str) -> bytes:
+    return event("messageStop", {"stopReason": reason})
+
+
+def metadata(**usage: int) -> bytes:
+    return event("metadata", {"usage": usage, "metrics": {"latencyMs": 5}})
 
 
 class FakeBedrock:

@@ -11,10 +11,23 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from tests._fake_bedrock import FAKE_KEYS, FakeBedrock, Reply, event, stream_body
+from tests._fake_bedrock import (
+    FAKE_KEYS,
+    FakeBedrock,
+    Reply,
+    message_stop,
+    metadata,
+    start,
+    stop,
+    stream_body,
+    text_delta,
+    tool_delta,
+    tool_start,
+)
 from tests.conftest import history_bytes, result_of, secret
 from tests.test_budgets import ECHO
 from toren import client as toren_client
+from toren.errors import ConfigError
 from toren.worker import serve
 from toren.worker._prices import prices_for
 from toren.workflows._budget import cost_usd
@@ -23,16 +36,10 @@ MODEL = "bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0"
 
 
 def _tool_call_stream() -> Reply:
-    start = {"toolUse": {"toolUseId": "tooluse_run1", "name": "echo"}}
-    delta = {"toolUse": {"input": '{"text": "hi"}'}}
     return stream_body(
-        event("messageStart", {"role": "assistant"}),
-        event("contentBlockStart", {"contentBlockIndex": 0, "start": start}),
-        event("contentBlockDelta", {"contentBlockIndex": 0, "delta": delta}),
-        event("contentBlockStop", {"contentBlockIndex": 0}),
-        event("messageStop", {"stopReason": "tool_use"}),
-        event("metadata", {"usage": {"inputTokens": 40, "outputTokens": 12}, "metrics": {}}),
-    )
+        start(), tool_start(0, "tooluse_run1", "echo"), tool_delta(0, '{"text": "hi"}'), stop(0),
+        message_stop("tool_use"), metadata(inputTokens=40, outputTokens=12),
+    )  # fmt: skip
 
 
 async def test_a_bedrock_agent_calls_a_tool_and_answers_on_the_dev_server(
@@ -43,13 +50,8 @@ async def test_a_bedrock_agent_calls_a_tool_and_answers_on_the_dev_server(
     with FakeBedrock() as fake:
         fake.replies.append(_tool_call_stream())
         fake.replies.append(
-            stream_body(
-                event("messageStart", {"role": "assistant"}),
-                event("contentBlockDelta", {"contentBlockIndex": 0,
-                                            "delta": {"text": "It said echo hi."}}),
-                event("messageStop", {"stopReason": "end_turn"}),
-                event("metadata", {"usage": {"inputTokens": 60, "outputTokens": 6}}),
-            )
+            stream_body(start(), text_delta(0, "It said echo hi."), message_stop("end_turn"),
+                        metadata(inputTokens=60, outputTokens=6))
         )  # fmt: skip
         environ = {
             "AWS_REGION": "us-east-1",
@@ -103,3 +105,16 @@ async def test_live_bedrock_run(client: Client, make_agent: Callable[..., Path])
         result = await result_of(handle)
     assert result.tool_calls >= 1 and "hi" in result.text.lower()
     assert result.usage["input_tokens"] > 0
+
+
+async def test_a_worker_without_an_aws_region_refuses_to_start(
+    client: Client, make_agent: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    folder = make_agent(model=MODEL)
+    with pytest.raises(ConfigError) as err:
+        async with serve(client, [folder], environ={"AWS_ACCESS_KEY_ID": "AKIAX"}):
+            pass
+    assert any("need an AWS region: set AWS_REGION" in p for p in err.value.problems)

@@ -21,7 +21,14 @@ from tests._fake_bedrock import (
     error,
     event,
     exception_event,
+    message_stop,
+    metadata,
+    start,
+    stop,
     stream_body,
+    text_delta,
+    tool_delta,
+    tool_start,
 )
 from toren.agent._config import read_config
 from toren.errors import ConfigError, PromptTooLongError
@@ -52,36 +59,6 @@ def provider(fake: FakeBedrock) -> BedrockModel:
 def request(**more: Any) -> ModelRequest:
     fields: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], **more}
     return ModelRequest(model=MODEL, system="Be brief.", **fields)
-
-
-def start() -> bytes:
-    return event("messageStart", {"role": "assistant"})
-
-
-def text_delta(index: int, text: str) -> bytes:
-    return event("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": text}})
-
-
-def tool_start(index: int, call_id: str, name: str) -> bytes:
-    start = {"toolUse": {"toolUseId": call_id, "name": name}}
-    return event("contentBlockStart", {"contentBlockIndex": index, "start": start})
-
-
-def tool_delta(index: int, fragment: str) -> bytes:
-    delta = {"toolUse": {"input": fragment}}
-    return event("contentBlockDelta", {"contentBlockIndex": index, "delta": delta})
-
-
-def stop(index: int) -> bytes:
-    return event("contentBlockStop", {"contentBlockIndex": index})
-
-
-def message_stop(reason: str) -> bytes:
-    return event("messageStop", {"stopReason": reason})
-
-
-def metadata(**usage: int) -> bytes:
-    return event("metadata", {"usage": usage, "metrics": {"latencyMs": 5}})
 
 
 async def test_a_text_reply_maps_the_transcript_and_settings_and_is_signed(
@@ -304,6 +281,10 @@ async def test_a_prompt_too_long_is_a_prompt_too_long_error(
     fake.replies.append(error(400, "ValidationException", message))
     with pytest.raises(PromptTooLongError) as err:
         await provider(fake).complete(request())
+    assert (err.value.window, err.value.retryable) == (window, False)
+    fake.replies.append(stream_body(start(), exception_event("validationException", message)))
+    with pytest.raises(PromptTooLongError) as err:
+        await provider(fake).complete(request(on_delta=lambda d: None))
     assert (err.value.window, err.value.retryable) == (window, False)
 
 

@@ -91,7 +91,7 @@ class AgentConfig(Strict):
     name: Annotated[str, matching(re.compile(r"^[a-z][a-z0-9_]*$"), "must match [a-z][a-z0-9_]*")]
     """The agent's name, `[a-z][a-z0-9_]*`; prefixes its tool activity types."""
     model: str
-    """`openai/<model>`, `anthropic/<model>` or `mock/<name>`."""
+    """`openai/<model>`, `anthropic/<model>`, `bedrock/<modelId>` or `mock/<name>`."""
     description: str = ""
     """One line for people; not sent to the model."""
     instructions: str = "instructions.md"
