@@ -76,6 +76,7 @@ PROVIDER_KEYS: dict[str, str | None] = {
     "gemini": "GEMINI_API_KEY",
     # Vertex AI signs in with a service account, not a key: the project is what it must have.
     "vertex": "GOOGLE_CLOUD_PROJECT",
+    "bedrock": None,  # the AWS chain; the region is checked at worker start
     "mock": None,
 }
 """Model providers `model:` may name → the env name holding the provider's API key."""
@@ -94,7 +95,7 @@ class AgentConfig(Strict):
     name: Annotated[str, matching(re.compile(r"^[a-z][a-z0-9_]*$"), "must match [a-z][a-z0-9_]*")]
     """The agent's name, `[a-z][a-z0-9_]*`; prefixes its tool activity types."""
     model: str
-    """`openai/<model>`, `anthropic/<model>` or `mock/<name>`."""
+    """`openai/<model>`, `anthropic/<model>`, `bedrock/<modelId>` or `mock/<name>`."""
     description: str = ""
     """One line for people; not sent to the model."""
     instructions: str = "instructions.md"
@@ -173,7 +174,7 @@ class AgentConfig(Strict):
         if provider not in PROVIDER_KEYS or not rest:
             raise ValueError(
                 f"{model!r} must be openai/<model>, anthropic/<model>, gemini/<model>, "
-                "vertex/<model> or mock/<name>"
+                "vertex/<model>, bedrock/<modelId> or mock/<name>"
             )
         return model
 
@@ -197,6 +198,9 @@ class AgentConfig(Strict):
             temperature = value.get("temperature")
             if isinstance(temperature, int | float) and temperature > 1:
                 problems.append(f"temperature: Anthropic takes 0 to 1, got {temperature:g}")
+        bedrock = str(info.data.get("model", "")).startswith("bedrock/")
+        if bedrock and isinstance(value, dict) and value.get("seed") is not None:
+            problems.append("seed: Bedrock's Converse API takes no seed; remove it")
         return also_report(lambda: handler(value), None, problems, value)
 
     @field_validator("sandbox", mode="wrap")

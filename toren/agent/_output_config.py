@@ -67,10 +67,11 @@ def output_mode_checked(mode: str, data: dict[str, Any], partial: bool) -> str:
     if len(given) == 2 and given == [None, None]:
         raise ValueError(f"{mode!r} needs output: or output_model: to ask for; add one")
     provider = str(data.get("model", "")).partition("/")[0]
-    if mode == "native" and provider == "anthropic":
+    if mode == "native" and provider in ("anthropic", "bedrock"):
+        api = "Anthropic's API" if provider == "anthropic" else "Bedrock's Converse API"
         raise ValueError(
-            "'native' is OpenAI's response_format, which Anthropic's API does not take; use "
-            "'tool' (the default for anthropic/ models) or 'prompted'"
+            f"'native' is OpenAI's response_format, which {api} does not take; use "
+            f"'tool' (the default for {provider}/ models) or 'prompted'"
         )
     return mode
 

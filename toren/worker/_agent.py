@@ -30,6 +30,16 @@ _PROVIDER_OPTIONAL = {
     "anthropic": ("ANTHROPIC_BASE_URL",),
     "gemini": ("GOOGLE_GEMINI_BASE_URL",),
     "vertex": ("GOOGLE_CLOUD_LOCATION", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_VERTEX_BASE_URL"),
+    # The AWS chain's names (toren.worker.models._bedrock.ENV_NAMES), kept to the worker.
+    "bedrock": (
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "BEDROCK_ENDPOINT_URL",
+    ),
 }
 _KEY_ALIASES = {"GEMINI_API_KEY": "GOOGLE_API_KEY"}
 """A provider key → the other name it may go by (the SDK's older one), read when it is unset."""

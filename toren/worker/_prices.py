@@ -18,7 +18,13 @@ from collections.abc import Mapping
 
 __all__ = ["PROVIDERS", "prices_for"]
 
-PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "gemini": "google", "vertex": "google"}
+PROVIDERS = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "google",
+    "vertex": "google",
+    "bedrock": "aws",
+}
 """toren's model prefixes → the price table's provider ids (others have no known price)."""
 
 

@@ -1,4 +1,4 @@
-"""Model providers: `openai/`, `anthropic/`, `gemini/`, `vertex/<model>`; `mock/<name>`.
+"""Model providers: `openai/`, `anthropic/`, `gemini/`, `vertex/`, `bedrock/`; `mock/<name>`.
 
 ```python
 provider = provider_for("openai/gpt-4o-mini", env, folder)   # OPENAI_BASE_URL is honoured
@@ -71,6 +71,10 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             base_url=env.get(f"GOOGLE_{provider.upper()}_BASE_URL") or None,
             timeout=_timeout(),
         )
+    if provider == "bedrock":
+        from toren.worker.models._bedrock import bedrock_provider
+
+        return bedrock_provider(env, timeout=_timeout())
     if provider == "mock":
         if name == "echo":
             return EchoModel()
@@ -84,7 +88,8 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             )
         return ScriptedModel.from_file(script)
     raise ConfigError(
-        f"model {model!r}: unknown provider {provider!r} (openai, anthropic, gemini, vertex, mock)"
+        f"model {model!r}: unknown provider {provider!r} (openai, anthropic, gemini, vertex, "
+        "bedrock, mock)"
     )
 
 

@@ -31,7 +31,7 @@ from toren.worker.models._base import ModelReply, ModelRequest, arguments_object
 
 __all__ = ["ask_for_output", "mode_for"]
 
-_BY_PROVIDER = {"anthropic": "tool", "gemini": "tool", "vertex": "tool"}
+_BY_PROVIDER = {"anthropic": "tool", "gemini": "tool", "vertex": "tool", "bedrock": "tool"}
 """`auto`'s choice where it is not `native`."""
 _NO_NATIVE = frozenset({"anthropic"})
 """Providers whose API takes no output schema: `native` there is `tool`."""

@@ -166,11 +166,14 @@ def window_of(model: str, learned: Mapping[str, int] | None = None) -> int | Non
     """The context window of `model` (`openai/gpt-4o` or `gpt-4o`) in tokens, or `None`.
 
     A window `learned` from the provider's own refusal wins over the table; a dated snapshot
-    has its family's window (the longest name in `KNOWN_WINDOWS` it starts with).
+    has its family's window (the longest name in `KNOWN_WINDOWS` it starts with). A Bedrock id
+    of an Anthropic model (`bedrock/us.anthropic.claude-sonnet-4-20250514-v1:0`) has its model's.
     """
     name = model.partition("/")[2] if "/" in model else model
     if learned and name in learned:
         return learned[name]
+    if model.startswith("bedrock/") and "anthropic.claude" in name:
+        name = name.partition("anthropic.")[2]
     if name in KNOWN_WINDOWS:
         return KNOWN_WINDOWS[name]
     family = [known for known in KNOWN_WINDOWS if name.startswith((f"{known}-", f"{known}@"))]
