@@ -18,6 +18,7 @@ from tests.conftest import fetch_history, result_of
 from tests.test_attachments import make_pdf
 from toren import client as toren_client
 from toren.client._events import render
+from toren.client._render_run import MODEL_ACTIVITY
 from toren.worker import serve
 
 
@@ -62,6 +63,18 @@ async def test_attached_pdf_is_read_page_by_page(
     )
     started = next(e for e in events if e["type"] == "RunStarted")
     assert started["attachments"] == [file_id]  # the run's input names ids, never bytes
+    # The model is told which ids it may read: the opening message names them.
+    history = await fetch_history(client, handle.id)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == MODEL_ACTIVITY
+    ]
+    tail = json.loads(scheduled[0].input.payloads[0].data)["tail"]
+    assert tail[0]["message"] == {
+        "role": "user",
+        "content": f"what is due?\n\n(files attached to this message: {file_id})",
+    }
 
 
 async def test_sql_query_through_a_run_is_read_only(

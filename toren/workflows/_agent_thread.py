@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._background import Background
     from toren.workflows._budget import Budget, fresh_spending
     from toren.workflows._handoff import mark_agents
-    from toren.workflows._input import one_raw_input, parse_thread_input
+    from toren.workflows._input import naming_attachments, one_raw_input, parse_thread_input
     from toren.workflows._origin import provenance
     from toren.workflows._output import output_item
     from toren.workflows._race import unless
@@ -215,7 +215,8 @@ class AgentThread(ThreadInbox, AgentRun):
             run.output_retries = 0
             run.execution_start = self._transcript.count
             thread.running = True
-            said = {"role": "user", "content": message.content}
+            content = naming_attachments(message.content, message.attachments)
+            said = {"role": "user", "content": content}
             self._transcript.append(said, {"message": said})
             self.publish("message_received", {"message_id": message.id, "content": message.content})
         self._input = self._execution_input(message)

@@ -25,11 +25,13 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._approvals import json_type
 
 __all__ = [
+    "ATTACHMENTS_NAMED",
     "InvalidRunInput",
     "StartInput",
     "identifier_problem",
     "one_raw_input",
     "json_type",
+    "naming_attachments",
     "parse_run_input",
     "parse_thread_input",
 ]
@@ -41,6 +43,8 @@ _KEYS = (
 _FORK_KEYS = ("run_id", "step", "execution", "state", "workspace")
 _EVAL_KEYS = ("run_id", "calls", "on_diverge")
 _CALL_KEYS = ("tool", "args", "result", "is_error", "decision", "workspace")
+ATTACHMENTS_NAMED = "toren-attachments-named"
+"""The patch under which a message with attachments names their ids to the model."""
 ON_DIVERGE = ("continue", "stop")
 """What an eval run does with a call its record cannot answer (`RunInput.eval`)."""
 _VERSION = re.compile(r"^[0-9a-f]{64}$")
@@ -358,3 +362,15 @@ def _unknown(key: str, keys: tuple[str, ...]) -> str:
     shown = list(offered)
     hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(shown)})"
     return f"unknown key {key!r}{hint}"
+
+
+def naming_attachments(content: str, attachments: Sequence[str] | None) -> str:
+    """A user message's text with the ids of the files attached to it named for the model.
+
+    `read_attachment` takes an id, and the model has no other way to learn which ones the run
+    holds Under the `ATTACHMENTS_NAMED` patch: histories recorded before it sent the text alone, and
+    replay them so.
+    """
+    if not attachments or not workflow.patched(ATTACHMENTS_NAMED):
+        return content
+    return f"{content}\n\n(files attached to this message: {', '.join(attachments)})"
