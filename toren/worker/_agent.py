@@ -25,7 +25,11 @@ from toren.errors import ConfigError, MissingEnvError
 __all__ = ["Agent", "load_agent", "process_specs"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_PROVIDER_OPTIONAL = {"openai": ("OPENAI_BASE_URL",), "anthropic": ("ANTHROPIC_BASE_URL",)}
+_PROVIDER_OPTIONAL = {
+    "openai": ("OPENAI_BASE_URL",),
+    "anthropic": ("ANTHROPIC_BASE_URL",),
+    "azure": ("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN", "OPENAI_API_VERSION"),
+}
 
 
 @dataclass
