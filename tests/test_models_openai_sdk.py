@@ -425,3 +425,15 @@ async def test_live_azure() -> None:
     )
     reply = await model.complete(request)
     assert reply.content and reply.usage["input_tokens"] > 0
+
+
+async def test_an_injected_http_client_is_used_and_left_open() -> None:
+    recorder = answering(200, response([{"type": "message", "content": "not a list"}]))
+    async with httpx.AsyncClient(transport=httpx.MockTransport(recorder)) as http:
+        model = OpenAIModel(KEY, http_client=http)
+        with pytest.raises(ModelHTTPError, match="not a response") as caught:
+            await model.complete(ask())
+        assert caught.value.retryable is True
+        recorder.answer = lambda request: httpx.Response(200, json=response([said("again")]))
+        assert (await model.complete(ask())).content == "again"
+        assert not http.is_closed and len(recorder.requests) == 2

@@ -121,7 +121,7 @@ class OpenAIModel:
                 if request.on_delta is None:
                     raw = await api.with_raw_response.create(**body, extra_headers=self.headers())
                     data = _json(raw.http_response)
-                    return self._parsed(lambda: parse(data, request.model))
+                    return self._parsed(lambda: parse(data, request.model), responses)
                 reader = ResponsesStream() if responses else ChatStream()
                 stream_fields: dict[str, Any] = {
                     "stream": True,
@@ -153,12 +153,13 @@ class OpenAIModel:
         parse: Callable[[Any, str], ModelReply],
         on_delta: Callable[[Delta], None],
     ) -> ModelReply:
+        kind = "response" if isinstance(reader, ResponsesStream) else "chat completion"
         if "json" in response.headers.get("content-type", ""):
             # A compatible server that does not stream answers as if not asked to.
             await response.aread()
             data = _json(response)
-            return _replayed(self._parsed(lambda: parse(data, request.model)), on_delta)
-        kind = "response" if isinstance(reader, ResponsesStream) else "chat completion"
+            reply = self._parsed(lambda: parse(data, request.model), kind == "response")
+            return _replayed(reply, on_delta)
         async with aclosing(events(response.aiter_lines())) as stream:
             async for event in stream:
                 try:
@@ -176,15 +177,18 @@ class OpenAIModel:
             else:
                 end = "response.completed" if kind == "response" else "`data: [DONE]`"
                 raise StreamError(f"ended the stream before its end (no {end})")
-        return self._parsed(lambda: reader.reply(lambda data: parse(data, request.model)))
+        return self._parsed(
+            lambda: reader.reply(lambda data: parse(data, request.model)), kind == "response"
+        )
 
-    def _parsed(self, build: Callable[[], ModelReply]) -> ModelReply:
+    def _parsed(self, build: Callable[[], ModelReply], responses: bool) -> ModelReply:
         try:
             return build()
         except PARSE_ERRORS as exc:
             # A body of the wrong shape is most often a proxy's hiccup: retryable (status None).
             # The exception can quote the body, which can quote the key: redact it.
-            text = f"{self.label} sent a reply that is not a chat completion or response ({exc!r})"
+            kind = "response" if responses else "chat completion"
+            text = f"{self.label} sent a reply that is not a {kind} ({exc!r})"
             raise ModelHTTPError(redactor([self.api_key]).text(text)) from None
 
 
