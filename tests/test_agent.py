@@ -165,8 +165,8 @@ def test_one_error_lists_every_stage(tmp_path: Path) -> None:
         load_agent(tmp_path)
     yaml_file = tmp_path / "agent.yaml"
     assert err.value.problems == [
-        f"{yaml_file}: model: 'gpt-4' must be openai/<model>, anthropic/<model>, gemini/<model>, "
-        "vertex/<model>, bedrock/<modelId> or mock/<name>",
+        f"{yaml_file}: model: 'gpt-4' must be openai/<model>, azure/<deployment>, "
+        "anthropic/<model>, gemini/<model>, vertex/<model>, bedrock/<modelId> or mock/<name>",
         f"{yaml_file}: limits.maxStepsPerTask: must be a valid integer, unable to parse string "
         "as an integer, got 'many'",
         f"{yaml_file}: instructions: file 'instructions.md' not found",

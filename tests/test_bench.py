@@ -89,3 +89,12 @@ def test_the_readers_bench_prints_a_row_per_reader_count(dev_server: DevServer) 
     )
     rows = re.findall(r"^\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s+\d+\s+[+-]\d+$", out, re.MULTILINE)
     assert rows == [("0", "0"), ("2", "0")], out  # every reader count ran, nothing refused
+
+
+def test_the_providers_bench_prints_a_row_per_path() -> None:
+    out = bench("bench.perf.providers", "--calls", "3")
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [" ".join(r[: len(r) - 4]) for r in rows] == [
+        "chat", "chat streamed", "responses", "responses streamed"
+    ]  # fmt: skip
+    assert all(r[-4] == "3" for r in rows)

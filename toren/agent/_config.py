@@ -77,6 +77,8 @@ PROVIDER_KEYS: dict[str, str | None] = {
     # Vertex AI signs in with a service account, not a key: the project is what it must have.
     "vertex": "GOOGLE_CLOUD_PROJECT",
     "bedrock": None,  # the AWS chain; the region is checked at worker start
+    # Azure: its key or an Entra token, either (`toren.worker.models.provider_for` checks).
+    "azure": "AZURE_OPENAI_ENDPOINT",
     "mock": None,
 }
 """Model providers `model:` may name → the env name holding the provider's API key."""
@@ -173,8 +175,8 @@ class AgentConfig(Strict):
         provider, _, rest = model.partition("/")
         if provider not in PROVIDER_KEYS or not rest:
             raise ValueError(
-                f"{model!r} must be openai/<model>, anthropic/<model>, gemini/<model>, "
-                "vertex/<model>, bedrock/<modelId> or mock/<name>"
+                f"{model!r} must be openai/<model>, azure/<deployment>, anthropic/<model>, "
+                "gemini/<model>, vertex/<model>, bedrock/<modelId> or mock/<name>"
             )
         return model
 
@@ -192,6 +194,9 @@ class AgentConfig(Strict):
                 "thinkingBudgetTokens: only anthropic/, gemini/ and vertex/ models take it; "
                 "remove it"
             )
+        openai = str(info.data.get("model", "")).startswith(("openai/", "azure/"))
+        if isinstance(value, dict):
+            problems += _openai_only(value, openai)
         if anthropic and isinstance(value, dict):
             if value.get("seed") is not None:
                 problems.append("seed: Anthropic's API takes no seed; remove it")
@@ -369,4 +374,21 @@ def _undeclared(env: EnvConfig, names: Iterable[str]) -> list[str]:
         f"{n!r} is not declared in agent.yaml `env`; add it under env.required or env.optional"
         for n in names
         if n not in env.required and n not in env.optional
+    ]
+
+
+def _openai_only(settings: dict[str, Any], openai: bool) -> list[str]:
+    """`modelSettings` problems with `api` and `reasoningEffort`: OpenAI's (openai/, azure/)."""
+    if not openai:
+        return [
+            f"{key}: only openai/ and azure/ models take it; remove it"
+            for key in ("api", "reasoningEffort")
+            if settings.get(key) is not None
+        ]
+    if settings.get("api") != "responses":
+        return []
+    return [
+        f"{key}: the Responses API (api: responses) takes none; remove it or use api: chat"
+        for key in ("seed", "stop")
+        if settings.get(key) is not None
     ]

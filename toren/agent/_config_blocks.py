@@ -144,6 +144,13 @@ class ModelSettings(Strict):
     thinking_budget_tokens: int | None = Field(None, alias="thinkingBudgetTokens", ge=1024)
     """Anthropic's extended thinking, with this many tokens to think in (less than `maxTokens`);
     its thinking blocks are kept and sent back within a tool loop, as the API requires."""
+    api: Literal["chat", "responses"] | None = None
+    """openai/ and azure/ only: OpenAI's API to call, `chat` (Chat Completions, the default, what
+    compatible servers speak) or `responses` (the Responses API, stateless: `store: false`)."""
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        None, alias="reasoningEffort"
+    )
+    """openai/ and azure/ only: how hard a reasoning model thinks (o-series, gpt-5)."""
     prompt_caching: bool | None = Field(None, alias="promptCaching")
     """Prompt caching: unset, on where it is known to work (Anthropic's cache breakpoints,
     OpenAI's `prompt_cache_key`); `false` turns it off; `true` also sends `prompt_cache_key` to

@@ -40,6 +40,7 @@ _PROVIDER_OPTIONAL = {
         "AWS_SESSION_TOKEN",
         "BEDROCK_ENDPOINT_URL",
     ),
+    "azure": ("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN", "OPENAI_API_VERSION"),
 }
 _KEY_ALIASES = {"GEMINI_API_KEY": "GOOGLE_API_KEY"}
 """A provider key → the other name it may go by (the SDK's older one), read when it is unset."""

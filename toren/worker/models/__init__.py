@@ -1,4 +1,4 @@
-"""Model providers: `openai/`, `anthropic/`, `gemini/`, `vertex/`, `bedrock/`; `mock/<name>`.
+"""Model providers: `openai/`, `azure/`, `anthropic/`, `gemini/`, `vertex/`, `bedrock/`, `mock/`.
 
 ```python
 provider = provider_for("openai/gpt-4o-mini", env, folder)   # OPENAI_BASE_URL is honoured
@@ -47,6 +47,21 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             base_url=env.get("OPENAI_BASE_URL") or None,
             timeout=_timeout(),
         )
+    if provider == "azure":
+        from toren.worker.models._openai import AzureOpenAIModel
+
+        if not (env.get("AZURE_OPENAI_API_KEY") or env.get("AZURE_OPENAI_AD_TOKEN")):
+            raise ConfigError(
+                f"model {model!r}: set AZURE_OPENAI_API_KEY (the resource's key) or "
+                "AZURE_OPENAI_AD_TOKEN (a Microsoft Entra ID token) in the worker's environment"
+            )
+        return AzureOpenAIModel(
+            env["AZURE_OPENAI_ENDPOINT"],
+            api_key=env.get("AZURE_OPENAI_API_KEY", ""),
+            ad_token=env.get("AZURE_OPENAI_AD_TOKEN", ""),
+            api_version=env.get("OPENAI_API_VERSION") or None,
+            timeout=_timeout(),
+        )
     if provider == "anthropic":
         from toren.worker.models._anthropic import AnthropicModel
 
@@ -88,8 +103,8 @@ def provider_for(model: str, env: Mapping[str, str], folder: Path | None = None)
             )
         return ScriptedModel.from_file(script)
     raise ConfigError(
-        f"model {model!r}: unknown provider {provider!r} (openai, anthropic, gemini, vertex, "
-        "bedrock, mock)"
+        f"model {model!r}: unknown provider {provider!r} (openai, azure, anthropic, gemini, "
+        "vertex, bedrock, mock)"
     )
 
 

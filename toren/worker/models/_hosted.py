@@ -30,13 +30,13 @@ HOSTED_TOOLS: dict[str, dict[str, dict[str, Any]]] = {
 
 NO_HOSTED_TOOLS: dict[str, str] = {
     "openai": (
-        "toren speaks OpenAI's Chat Completions API, which carries no hosted tools: OpenAI's "
-        "hosted web search is a tool of the Responses API only, and on Chat Completions it is "
-        "`web_search_options` of the search models, which search on every request rather than "
-        "as a tool the model calls"
+        "toren sends OpenAI function tools only: Chat Completions carries no hosted tools (its "
+        "`web_search_options` search on every request rather than as a tool the model calls), "
+        "and OpenAI's hosted tools on the Responses API (api: responses) are not wired in yet"
     ),
     "gemini": "toren does not send Gemini's Google Search grounding or code execution yet",
     "vertex": "toren does not send Gemini's Google Search grounding or code execution yet",
+    "azure": "toren sends Azure OpenAI function tools only",
     "mock": "the mock models run no tools themselves",
 }
 """Why a provider has no hosted tools toren can send."""

@@ -1,320 +1,270 @@
-"""The OpenAI provider: Chat Completions over httpx, for OpenAI and any compatible server.
+"""The OpenAI provider on the official `openai` SDK: Chat Completions or Responses, OpenAI or Azure.
 
-`base_url` points it at vLLM, Ollama, llama.cpp or another OpenAI-compatible server (it includes
-the `/v1`, as `OPENAI_BASE_URL` does for OpenAI's own SDK). The provider never retries: every
-failure becomes a `ModelHTTPError` and Temporal's retry policy decides what happens next.
+```python
+model = OpenAIModel(key)                                    # api.openai.com
+model = OpenAIModel("", base_url="http://localhost:8000/v1")  # vLLM, Ollama, llama.cpp: no key
+model = AzureOpenAIModel(endpoint, api_key=key)             # azure/<deployment>
+reply = await model.complete(ModelRequest(..., settings={"api": "responses"}))
+```
 
-Streamed (a request with `on_delta`), the reply is `chat.completion.chunk` data events ending in
-`data: [DONE]`, usage in the last chunk (`stream_options.include_usage`). Chat Completions names
-no events: a named one other than `error` (a compatible server's keep-alive, say) is ignored; an
-`error` event, or a data event holding an `error` object, fails the call; a data event that is
-neither a chunk (no `choices` list) nor an error is one toren cannot ignore safely (it may hold
-part of the answer in a shape toren does not know): it fails the call too, retryably.
-
-OpenAI caches a prompt's prefix by itself; a request carries `prompt_cache_key` (the run's or
-thread's, `ModelRequest.cache_key`) so that calls sharing a prefix reach the same cache. It goes
-to OpenAI's own API unless `settings["prompt_caching"]` is False, and to a compatible server
-only when it is True (a strict server refuses a field it does not know). The usage counts the
-prompt tokens read from the cache (`prompt_tokens_details.cached_tokens`).
+The SDK makes the call (auth, Azure's URLs and `api-version`, the timeout); toren reads and writes
+the JSON itself (`_openai_chat`, `_openai_responses`) so a compatible server's quirks, a stream
+cut short and a garbled reply are told apart exactly as before. The SDK never retries
+(`max_retries=0`): its errors become `ModelHTTPError`s (`_openai_errors`) and Temporal's retry
+policy decides. `settings["api"]` picks the API per request: `chat` (default) or `responses`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import ssl
 from collections.abc import Callable
-from typing import Any
+from contextlib import AsyncExitStack, aclosing
+from functools import cache
+from typing import Any, cast
 
-from toren.worker._http import error_message
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
-from toren.worker.models._http_model import HTTPModel
-from toren.worker.models._sse import SNIPPET_CHARS, ServerSentEvent, StreamError, json_data
+import httpx
+import openai
 
-__all__ = ["OpenAIModel", "OpenAIStream"]
+from toren.worker._redact import redactor
+from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
+from toren.worker.models._openai_chat import ChatStream, chat_body, parse_chat
+from toren.worker.models._openai_errors import PARSE_ERRORS, model_error
+from toren.worker.models._openai_responses import ResponsesStream, parse_response, responses_body
+from toren.worker.models._sse import StreamError, events
+
+__all__ = ["DEFAULT_AZURE_API_VERSION", "AzureOpenAIModel", "OpenAIModel"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_AZURE_API_VERSION = "2025-04-01-preview"
+"""Azure OpenAI's `api-version` when `OPENAI_API_VERSION` is unset: one that has both APIs."""
+
+Delta = dict[str, Any]
 
 
-_NOT_SENT = ("prompt_caching", "thinking_budget_tokens")
-"""toren's settings that are not Chat Completions fields (agent.yaml refuses the second here)."""
+class OpenAIModel:
+    """A model behind the OpenAI API, or any OpenAI-compatible server.
 
-
-class OpenAIModel(HTTPModel):
-    """A model behind the OpenAI Chat Completions API.
-
-    `api_key` is sent as a bearer token; an empty key sends no `Authorization` header (local
-    servers often need none). `base_url` is the API root with its `/v1`,
-    `https://api.openai.com/v1` by default. The other arguments are `HTTPModel`'s.
+    Args:
+        api_key: Sent as a bearer token; empty: no `Authorization` header (local servers need
+            none). It never appears in an error or in `repr`.
+        base_url: The API root with its `/v1`, `https://api.openai.com/v1` by default.
+        transport: An httpx transport to use instead of the network (tests pass a
+            `httpx.MockTransport`); ignored when `http_client` is given.
+        timeout: Seconds allowed for each of connecting, writing, reading and pool waits.
+        http_client: The httpx client the SDK sends through (the caller closes it); by default
+            a new one per call, so no connection pool outlives the activity's event loop.
     """
 
     vendor = "OpenAI"
-    default_base_url = DEFAULT_BASE_URL
-    path = "/chat/completions"
-    reply_kind = "chat completion"
-    stream_fields = {"stream": True, "stream_options": {"include_usage": True}}
-    stream_end = "`data: [DONE]`"
 
-    def headers(self) -> dict[str, str]:
-        """`Accept`, and the key as a bearer token when there is one."""
-        headers = {"Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
-
-    def request_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The Chat Completions JSON body for `request`.
-
-        Raises:
-            ValueError: A tool is one the provider runs: Chat Completions carries none (the
-                agent loader refuses such an agent first, `toren.worker.models._hosted`).
-        """
-        hosted = [t["name"] for t in request.tools if t.get("provider")]
-        if hosted:
-            raise ValueError(
-                f"tools {hosted} are run by a provider; OpenAI's Chat Completions API carries "
-                "no hosted tools"
-            )
-        messages: list[dict[str, Any]] = []
-        if request.system:
-            messages.append({"role": "system", "content": request.system})
-        messages.extend(_message(m) for m in request.messages)
-        body: dict[str, Any] = {
-            "model": request.model,
-            "messages": messages,
-            # `max_tokens` rather than `max_completion_tokens`: compatible servers know only the
-            # former, and OpenAI still accepts it for non-reasoning models.
-            "max_tokens": request.max_tokens,
-            # toren's settings carry the Chat Completions names: temperature, top_p, seed, stop.
-            **{k: v for k, v in request.settings.items() if k not in _NOT_SENT},
-        }
-        if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": tool["name"],
-                        "description": tool.get("description", ""),
-                        "parameters": tool.get("parameters")
-                        or {"type": "object", "properties": {}},
-                    },
-                }
-                for tool in request.tools
-            ]
-        if request.output_schema is not None:
-            body["response_format"] = {
-                "type": "json_schema",
-                # Not strict: OpenAI's strict mode refuses schemas with optional properties.
-                "json_schema": {
-                    "name": request.output_name,
-                    "schema": request.output_schema,
-                    "strict": False,
-                },
-            }
-        caching = request.settings.get("prompt_caching")
-        if caching or (caching is None and self.base_url == self.default_base_url):
-            body["prompt_cache_key"] = request.cache_key or _cache_key(body)
-        return body
-
-    def parse_reply(self, data: Any, model: str) -> ModelReply:
-        """Turn a Chat Completions response body into a `ModelReply`.
-
-        Raises:
-            ValueError: The body has no `choices[0].message` (also KeyError, TypeError and
-                friends for other shapes that are not a chat completion).
-        """
-        if not isinstance(data, dict):
-            raise ValueError("the body is not a JSON object")
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
-            # Some compatible servers answer 200 with an error object instead of a status.
-            raise ValueError(f"no choices; {error_message(data) or 'got ' + str(sorted(data))}")
-        message = choices[0]["message"]
-        if not isinstance(message, dict):
-            raise ValueError("choices[0].message is not an object")
-        calls = []
-        for i, call in enumerate(message.get("tool_calls") or []):
-            function = call["function"]
-            calls.append(
-                {
-                    # A few compatible servers omit ids; the transcript needs one to pair results.
-                    "id": call.get("id") or f"call_{i + 1}",
-                    "name": function["name"],
-                    # The raw JSON text: the workflow validates it, so invalid JSON is kept as is.
-                    "arguments": _text(function.get("arguments") or ""),
-                }
-            )
-        reported = data.get("usage") or {}
-        return ModelReply(
-            content=_content(message.get("content")),
-            tool_calls=calls,
-            usage=usage(
-                int(reported.get("prompt_tokens") or 0),
-                int(reported.get("completion_tokens") or 0),
-                # Part of `prompt_tokens` already; OpenAI bills no cache writes.
-                cache_read=int(
-                    (reported.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-                ),
-            ),
-            model=str(data.get("model") or model),
-            finish_reason=str(choices[0].get("finish_reason") or ""),
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 120.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.api_key = api_key
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.transport = transport
+        self.timeout = timeout
+        self.http_client = http_client
+        self.official = self.base_url == DEFAULT_BASE_URL
+        """Whether requests go to OpenAI's own API (prompt caching is on there by default)."""
+        # Errors name the server when it is not the vendor's, so a misconfigured URL shows.
+        self.label = (
+            self.vendor if self.official else f"{self.vendor}-compatible server {self.base_url}"
         )
 
-    def stream_reader(self) -> OpenAIStream:
-        """A reader for one streamed chat completion."""
-        return OpenAIStream()
+    def __repr__(self) -> str:
+        # Where it points, and never the key.
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
 
-
-class OpenAIStream:
-    """Reads a streamed chat completion into the body the non-streaming API would have sent."""
-
-    def __init__(self) -> None:
-        self.done = False
-        """Whether `data: [DONE]` has come."""
-        self._text: list[str] = []
-        self._calls: dict[int, dict[str, Any]] = {}
-        self._finish: str | None = None
-        self._usage: dict[str, Any] | None = None
-        self._model: str | None = None
-
-    def feed(self, event: ServerSentEvent) -> list[dict[str, Any]]:
-        """Take the next event; return its deltas (see `ModelRequest.on_delta`)."""
-        if event.event == "error":
-            raise StreamError(f"sent an error event mid-stream: {_error_text(event)}")
-        if event.event != "message":
-            return []
-        if event.data.strip() == "[DONE]":
-            self.done = True
-            return []
-        chunk = json_data(event)
-        if not isinstance(chunk, dict):
-            raise ValueError("the data is not a JSON object")
-        if chunk.get("error"):
-            raise StreamError(f"sent an error mid-stream: {_error_text(event)}")
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            raise StreamError(
-                f"sent a data event that is not a chat completion chunk (keys {sorted(chunk)})"
-            )
-        self._model = chunk.get("model") or self._model
-        self._usage = chunk.get("usage") or self._usage
-        deltas: list[dict[str, Any]] = []
-        for choice in choices:
-            if choice.get("index", 0) != 0:
-                continue  # toren asks for one choice
-            delta = choice.get("delta") or {}
-            text = _content(delta.get("content"))
-            if text:
-                self._text.append(text)
-                deltas.append({"type": "text_delta", "text": text})
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                deltas.extend(self._call_delta(int(call.get("index", position)), call))
-            self._finish = choice.get("finish_reason") or self._finish
-        return deltas
-
-    def _call_delta(self, index: int, call: dict[str, Any]) -> list[dict[str, Any]]:
-        function = call.get("function") or {}
-        fragment = _text(function.get("arguments") or "")
-        known = self._calls.get(index)
-        if known is None:
-            self._calls[index] = {"id": call.get("id"), "name": function.get("name"),
-                                  "arguments": [fragment]}  # fmt: skip
-            return [{"type": "tool_call_delta", "index": index, "id": call.get("id"),
-                     "name": function.get("name"), "arguments": fragment}]  # fmt: skip
-        # Some servers repeat the id (or send the name late): keep the first of each.
-        known["id"] = known["id"] or call.get("id")
-        known["name"] = known["name"] or function.get("name")
-        known["arguments"].append(fragment)
-        if not fragment:
-            return []
-        return [{"type": "tool_call_delta", "index": index, "id": None, "name": None,
-                 "arguments": fragment}]  # fmt: skip
-
-    def reply(self, parse: Callable[[Any], ModelReply]) -> ModelReply:
-        """The whole reply: the chunks as one chat completion, through `parse`."""
-        calls = []
-        for index in sorted(self._calls):
-            call = self._calls[index]
-            if not call["name"]:
-                raise ValueError(f"tool call {index} has no name")
-            calls.append(
-                {"id": call["id"], "type": "function",
-                 "function": {"name": call["name"], "arguments": "".join(call["arguments"])}}
-            )  # fmt: skip
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
-        if calls:
-            message["tool_calls"] = calls
-        return parse(
-            {
-                "model": self._model,
-                "choices": [{"index": 0, "message": message, "finish_reason": self._finish}],
-                "usage": self._usage,
-            }
+    def sdk_client(self, http_client: httpx.AsyncClient) -> openai.AsyncOpenAI:
+        """The SDK's client for one call, sending through `http_client`."""
+        return openai.AsyncOpenAI(
+            # The SDK wants a key even when it sends none: a placeholder, its header omitted.
+            api_key=self.api_key or "none",
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=self.timeout,
+            # The SDK accepts an `httpx` client as well as its own `httpx2` one.
+            http_client=cast(Any, http_client),
         )
 
+    def headers(self) -> dict[str, Any]:
+        """Headers each request adds: no key, no `Authorization` (the SDK must be told so)."""
+        return {} if self.api_key else {"Authorization": openai.Omit()}
 
-def _cache_key(body: dict[str, Any]) -> str:
-    """A key for requests that share their prefix, when the run gave none.
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Send one request, through the API `request.settings["api"]` names, and parse the reply.
 
-    The model, the instructions and the tools: the same for every run of an agent.
+        Raises:
+            ModelHTTPError: The server answered with an error status (`PromptTooLongError` for a
+                prompt over the window), could not be reached, or sent a reply the provider
+                cannot read; `retryable` says whether to try again.
+            ValueError: The transcript holds something the API cannot carry.
+        """
+        responses = request.settings.get("api") == "responses"
+        body = (responses_body if responses else chat_body)(request, self.official)
+        parse = parse_response if responses else parse_chat
+        async with AsyncExitStack() as stack:
+            http_client = self.http_client
+            if http_client is None:
+                http_client = await stack.enter_async_context(
+                    httpx.AsyncClient(transport=self.transport, timeout=self.timeout, verify=_tls())
+                )
+            client = self.sdk_client(http_client)
+            api = client.responses if responses else client.chat.completions
+            try:
+                if request.on_delta is None:
+                    raw = await api.with_raw_response.create(**body, extra_headers=self.headers())
+                    data = _json(raw.http_response)
+                    return self._parsed(lambda: parse(data, request.model), responses)
+                reader = ResponsesStream() if responses else ChatStream()
+                stream_fields: dict[str, Any] = {
+                    "stream": True,
+                    "extra_headers": {**self.headers(), "Accept": "text/event-stream"},
+                }
+                if not responses:
+                    stream_fields["stream_options"] = {"include_usage": True}
+                async with api.with_streaming_response.create(**body, **stream_fields) as raw:
+                    return await self._streamed(
+                        raw.http_response, reader, request, parse, request.on_delta
+                    )
+            except openai.APIError as exc:
+                raise model_error(exc, self.label, self.api_key) from None
+            except (httpx.HTTPError, httpx.StreamError) as exc:
+                # Raised by reading the body, after the SDK handed it over: mid-stream.
+                raise model_error(exc, self.label, self.api_key, mid_stream=True) from None
+            except StreamError as exc:
+                # Retryable (status None): a stream cut short or garbled is most often a hiccup.
+                # The text can quote the server (an `error` event, a data line): redact the key.
+                text = redactor([self.api_key]).text(f"{self.label} {exc}")
+                raise ModelHTTPError(text) from None
+        raise AssertionError("unreachable")  # pragma: no cover (mypy: the block returns)
+
+    async def _streamed(
+        self,
+        response: Any,
+        reader: ChatStream | ResponsesStream,
+        request: ModelRequest,
+        parse: Callable[[Any, str], ModelReply],
+        on_delta: Callable[[Delta], None],
+    ) -> ModelReply:
+        kind = "response" if isinstance(reader, ResponsesStream) else "chat completion"
+        if "json" in response.headers.get("content-type", ""):
+            # A compatible server that does not stream answers as if not asked to.
+            await response.aread()
+            data = _json(response)
+            reply = self._parsed(lambda: parse(data, request.model), kind == "response")
+            return _replayed(reply, on_delta)
+        async with aclosing(events(response.aiter_lines())) as stream:
+            async for event in stream:
+                try:
+                    deltas = reader.feed(event)
+                except PARSE_ERRORS as exc:
+                    raise StreamError(
+                        f"sent a {event.event!r} event that is not part of a streamed {kind} "
+                        f"({exc!r})"
+                    ) from None
+                # Outside the `try`: what `on_delta` raises is the caller's own error.
+                for delta in deltas:
+                    on_delta(delta)
+                if reader.done:
+                    break
+            else:
+                end = "response.completed" if kind == "response" else "`data: [DONE]`"
+                raise StreamError(f"ended the stream before its end (no {end})")
+        return self._parsed(
+            lambda: reader.reply(lambda data: parse(data, request.model)), kind == "response"
+        )
+
+    def _parsed(self, build: Callable[[], ModelReply], responses: bool) -> ModelReply:
+        try:
+            return build()
+        except PARSE_ERRORS as exc:
+            # A body of the wrong shape is most often a proxy's hiccup: retryable (status None).
+            # The exception can quote the body, which can quote the key: redact it.
+            kind = "response" if responses else "chat completion"
+            text = f"{self.label} sent a reply that is not a {kind} ({exc!r})"
+            raise ModelHTTPError(redactor([self.api_key]).text(text)) from None
+
+
+class AzureOpenAIModel(OpenAIModel):
+    """A deployment on Azure OpenAI (`azure/<deployment>`): the SDK's `AsyncAzureOpenAI`.
+
+    Args:
+        endpoint: `https://<resource>.openai.azure.com` (`AZURE_OPENAI_ENDPOINT`).
+        api_key: The resource's key (`AZURE_OPENAI_API_KEY`), sent as `api-key`; or empty, and
+        ad_token: A Microsoft Entra ID token (`AZURE_OPENAI_AD_TOKEN`), sent as a bearer token.
+        api_version: Azure's `api-version`; `DEFAULT_AZURE_API_VERSION` by default.
+        **options: `transport`, `timeout` and `http_client`, as `OpenAIModel`'s.
     """
-    messages = body["messages"]
-    system = messages[0] if messages and messages[0]["role"] == "system" else None
-    prefix = json.dumps([body["model"], system, body.get("tools")], sort_keys=True)
-    return "toren-" + hashlib.sha256(prefix.encode()).hexdigest()[:32]
+
+    vendor = "Azure OpenAI"
+
+    def __init__(
+        self,
+        endpoint: str,
+        api_key: str = "",
+        ad_token: str = "",
+        api_version: str | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(api_key or ad_token, base_url=endpoint, **options)
+        self.key_is_token = not api_key
+        self.api_version = api_version or DEFAULT_AZURE_API_VERSION
+        self.official = False  # no `prompt_cache_key` unless `promptCaching: true`
+        self.label = f"{self.vendor} {self.base_url}"
+
+    def sdk_client(self, http_client: httpx.AsyncClient) -> openai.AsyncOpenAI:
+        """The SDK's Azure client for one call; the model name is the deployment."""
+        token = self.api_key if self.key_is_token else None
+        return openai.AsyncAzureOpenAI(
+            azure_endpoint=self.base_url,
+            api_version=self.api_version,
+            # Both given (one None), so the SDK never reads them from the environment itself.
+            api_key=None if self.key_is_token else self.api_key,
+            azure_ad_token=token,
+            max_retries=0,
+            timeout=self.timeout,
+            http_client=cast(Any, http_client),
+        )
+
+    def headers(self) -> dict[str, Any]:
+        """Nothing more: the key or token is the SDK's to send."""
+        return {}
 
 
-def _error_text(event: ServerSentEvent) -> str:
+@cache
+def _tls() -> ssl.SSLContext:
+    """The default TLS context of `httpx`, made once.
+
+    Loading the CA bundle is most of what building a client costs (some 80 ms on a busy
+    machine), and each call builds one.
+    """
+    return httpx.create_ssl_context()
+
+
+def _json(response: Any) -> Any:
     try:
-        found = error_message(json.loads(event.data))
+        return response.json()
     except ValueError:
-        found = None
-    return found or repr(event.data[:SNIPPET_CHARS])
+        snippet = response.text[:300]
+        raise StreamError(
+            f"returned HTTP {response.status_code} with a body that is not JSON: {snippet!r}"
+        ) from None
 
 
-def _message(message: Message) -> dict[str, Any]:
-    role = message.get("role")
-    if role == "assistant":
-        out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-        calls = message.get("tool_calls") or []
-        if calls:
-            # OpenAI wants null, not "", for a tool-calling turn without text.
-            out["content"] = message.get("content") or None
-            out["tool_calls"] = [
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": _arguments(call["arguments"])},
-                }
-                for call in calls
-            ]
-        return out
-    if role == "tool":
-        return {
-            "role": "tool",
-            "tool_call_id": message["tool_call_id"],
-            "content": _text(message.get("content", "")),
-        }
-    # user, and any role the API knows that toren's format does not (e.g. "developer").
-    return {"role": role, "content": message.get("content", "")}
-
-
-def _arguments(arguments: Any) -> str:
-    # The model's own text when it is a JSON object (byte for byte, as the server produced it),
-    # else `{}`: a server that parses it would refuse the whole request (`arguments_object`).
-    if arguments_object(arguments) is None:
-        return "{}"
-    return _text(arguments)
-
-
-def _content(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        # Content-part lists, which some compatible servers return for plain text.
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content)
-
-
-def _text(value: Any) -> str:
-    # Arguments and tool results must be strings on the wire; some servers send objects.
-    return value if isinstance(value, str) else json.dumps(value)
+def _replayed(reply: ModelReply, on_delta: Callable[[Delta], None]) -> ModelReply:
+    """`reply`, its text and each tool call given to `on_delta` whole, as one delta each."""
+    if reply.content:
+        on_delta({"type": "text_delta", "text": reply.content})
+    for index, call in enumerate(reply.tool_calls):
+        on_delta(
+            {"type": "tool_call_delta", "index": index, "id": call["id"], "name": call["name"],
+             "arguments": call["arguments"]}
+        )  # fmt: skip
+    return reply
