@@ -43,6 +43,12 @@ SKIPPED = {
         "writes a folder into the repository; tests/test_new.py runs the same three commands in "
         "a temporary folder (new, check, and the generated test with its own dev server)"
     ),
+    "pip install 'toren[bedrock]'": "installs into the current environment; the dev extras hold it",
+    "pip install 'toren[gemini]'": "installs into the current environment; the dev extras hold it",
+    "export OPENAI_BASE_URL=http://localhost:11434/v1": (
+        "needs a local model server; tests/test_llamacpp_recording.py replays a llama.cpp "
+        "server's recorded exchanges through the same provider"
+    ),
     "./demo.sh": "installs into .venv and starts a dev server on 7233; the demo's own test is "
     "tests/test_example.py (the agent) and tests/test_dev_script.py (the server)",
     "TOREN_STORE=/mnt/shared/toren": (
