@@ -1,7 +1,8 @@
 """A tool call written as text: found by a pure detector, sent back once, never run.
 
-The detector's forms and non-forms are unit tests; the runs are on the dev server with the
-scripted model: a Hermes call as text, corrected into a real call that waits for approval;
+The detector's forms and non-forms are unit tests; the runs are on the dev server: Qwen's bare
+JSON call from a llama.cpp-shaped server (the issue's case), then with the scripted model: a
+Hermes call as text, corrected into a real call that waits for approval;
 a model that repeats it (the answer stands, `toren events` says so) in a thread whose next
 message gets its own correction; a typed-output agent whose answer looks like a call.
 """
@@ -9,6 +10,7 @@ message gets its own correction; a typed-output agent whose answer looks like a 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from temporalio.client import Client
 
 from tests.conftest import fetch_history, result_of, wait_for
+from tests.test_llamacpp_recording import RecordedLlamaCpp, environ, line, weather_agent
 from toren import client as toren_client
 from toren.client._events import render
 from toren.worker import serve
@@ -194,3 +197,68 @@ async def test_a_typed_answer_shaped_like_a_call_is_the_answer(
     assert result.output == answer and result.steps == 1
     events = render(await fetch_history(client, handle.id))
     assert not of_type(events, "ToolCallAsText") and not of_type(events, "OutputRejected")
+
+
+class QwenWritesItsCall(RecordedLlamaCpp):
+    """The recorded llama.cpp server, whose first answer is the call written as its text.
+
+    Then the recorded real call (line 15) and the recorded answer (line 16).
+    """
+
+    def __init__(self) -> None:
+        super().__init__([])
+        as_text = copy.deepcopy(line(16)["response"])
+        call = {"name": "get_weather", "arguments": {"city": "Paris"}}
+        as_text["choices"][0]["message"]["content"] = json.dumps(call)
+        self.replies = [as_text, line(15)["response"], line(16)["response"]]
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, Any]:
+        self.received.append(body)
+        return 200, self.replies[len(self.received) - 1]
+
+
+async def test_qwens_call_as_text_from_llamacpp_is_sent_back_and_then_made(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    server = QwenWritesItsCall()
+    try:
+        folder = weather_agent(make_agent)
+        async with serve(client, [folder], environ=environ(server)):
+            handle = await toren_client.start_run(client, folder.name, "Weather in Paris?")
+            result = await result_of(handle)
+    finally:
+        server.close()
+    assert result.text == line(16)["response"]["choices"][0]["message"]["content"]
+    assert result.steps == 3 and result.tool_calls == 1
+    # On the wire: the text came back as the model wrote it, then the correction, plain.
+    sent = server.received[1]["messages"]
+    assert sent[-2] == {"role": "assistant", "content": '{"name": "get_weather", '
+                        '"arguments": {"city": "Paris"}}'}  # fmt: skip
+    assert set(sent[-1]) == {"role", "content"} and sent[-1]["role"] == "user"
+    assert "`get_weather` written as text, so nothing ran" in sent[-1]["content"]
+    events = render(await fetch_history(client, handle.id))
+    [as_text] = of_type(events, "ToolCallAsText")
+    assert (as_text["tool"], as_text["form"], as_text["sentBack"]) == ("get_weather", "json", True)
+    assert [e["tool"] for e in of_type(events, "ToolCallCompleted")] == ["get_weather"]
+
+
+async def test_with_a_typed_output_the_call_as_text_is_sent_back_before_the_schema_check(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    verdict = {
+        "type": "object",
+        "properties": {"verdict": {"type": "string"}},
+        "required": ["verdict"],
+    }
+    answer = {"verdict": "refund"}
+    # The call as text, again (now the schema check refuses it), then a valid answer.
+    script = [AS_TEXT, AS_TEXT, json.dumps(answer)]
+    folder = make_agent(tools={"refund_order": REFUND}, output=verdict, script=script)
+    async with serve(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "refund?")
+        result = await asyncio.wait_for(result_of(handle), timeout=60)
+    assert result.output == answer and result.steps == 3
+    events = render(await fetch_history(client, handle.id))
+    flow = [e["type"] for e in events if e["type"] in ("ToolCallAsText", "OutputRejected")]
+    assert flow == ["ToolCallAsText", "OutputRejected"]
+    assert of_type(events, "OutputRejected")[0]["attempt"] == 1  # the correction was free
