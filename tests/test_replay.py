@@ -35,6 +35,8 @@ EXPECTED_END = {
     "thread_approval": "ThreadClosed",
     "thread_continue_as_new.1": "ThreadClosed",
     "thread_idle": "ThreadClosed",
+    "thread_tool_call_as_text": "ThreadClosed",
+    "thread_tool_call_as_text_unpatched": "ThreadClosed",
     "thread_two_messages": "ThreadClosed",
 }
 
@@ -88,6 +90,12 @@ def test_events_of_each_path(request: pytest.FixtureRequest) -> None:
     as_text = render(load(HERE / "tool_call_as_text.json"))
     assert [e.get("sentBack") for e in as_text if e["type"] == "ToolCallAsText"] == [True]
     assert next(e for e in as_text if e["type"] == "RunCompleted")["text"] == "done"
+    # In a thread: the first message ended with the call as its answer, and now is corrected.
+    assert [e["text"] for e in render(load(HERE / "thread_tool_call_as_text_unpatched.json"))
+            if e["type"] == "MessageAnswered"][0].startswith("<tool_call>")  # fmt: skip
+    thread = render(load(HERE / "thread_tool_call_as_text.json"))
+    assert [e["text"] for e in thread if e["type"] == "MessageAnswered"] == ["fixed", "two"]
+    assert [e["sentBack"] for e in thread if e["type"] == "ToolCallAsText"] == [True]
     powers = kinds("context_powers")
     for kind in ("ToolInvoked", "StateSet", "ToolEvent", "ToolQueued", "MessageInjected"):
         assert kind in powers

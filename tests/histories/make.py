@@ -227,6 +227,12 @@ THREAD_PATHS: dict[str, tuple[list[Any], dict[str, Any], Drive]] = {
         many_messages,
     ),
     "thread_idle": (["only"], {"limits": {"threadIdleTimeoutMin": 0.03}}, idle),
+    # Recorded before `toren-tool-call-as-text` too, as thread_tool_call_as_text_unpatched.json.
+    "thread_tool_call_as_text": (
+        ['<tool_call>{"name": "echo", "arguments": {"text": "x"}}</tool_call>', "fixed", "two"],
+        {},
+        two_messages,
+    ),
 }
 
 
