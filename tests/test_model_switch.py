@@ -1,16 +1,18 @@
 """A thread that changes provider between two messages: history stays toren's own types.
 
-Version v1 of an agent runs on Anthropic, v2 (the same name, a new worker build) on OpenAI; both
-providers are faked at the HTTP boundary (`httpx.MockTransport`). The thread's first message is
-answered on v1 with a thinking block and a tool call, the deployment moves to v2, and the second
-message is answered on v2 by OpenAI, which must receive the first turn's call and result in its
-own wire format (and none of Anthropic's verbatim blocks). Every model call recorded in history is
+Version v1 of an agent runs on Anthropic, v2 (the same name, a new worker build) on OpenAI, v3 on
+Anthropic again; both providers are faked at the HTTP boundary (`httpx.MockTransport`). The
+thread's first message is answered on v1 with a thinking block and a tool call, the deployment
+moves to v2, and the second message is answered on v2 by OpenAI, which must receive the first
+turn's call and result in its own wire format (and none of Anthropic's verbatim blocks); the third,
+back on Anthropic, gets OpenAI's turn as Anthropic blocks. Every model call recorded in history is
 in toren's provider-neutral shape, and `toren events` renders both turns alike.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.converter import default
 
-from tests.conftest import task_failures
+from tests.conftest import task_failures, wait_for
 from tests.test_versioning import build_id_of, make_current
 from toren import client as toren_client
 from toren.testing import DevServer
@@ -77,6 +79,7 @@ ANTHROPIC_REPLIES = [
         "tool_use",
     ),
     anthropic_message([{"type": "text", "text": "A-1 shipped."}], "end_turn"),
+    anthropic_message([{"type": "text", "text": "You are welcome."}], "end_turn"),
 ]
 OPENAI_REPLIES = [
     openai_completion(
@@ -121,6 +124,7 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
     deployment = agent_name.replace("_", "-")
     v1 = write_agent(tmp_path, agent_name, "v1", "anthropic/claude-x")
     v2 = write_agent(tmp_path, agent_name, "v2", "openai/gpt-x")
+    v3 = write_agent(tmp_path, agent_name, "v3", "anthropic/claude-x")
     sent_anthropic: list[dict[str, Any]] = []
     sent_openai: list[dict[str, Any]] = []
     anthropic = AnthropicModel(ANTHROPIC_KEY, transport=faked(ANTHROPIC_REPLIES, sent_anthropic))
@@ -132,6 +136,15 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
             deployment=deployment, build_id=version,
         )  # fmt: skip
 
+    async def moved(thread_id: str, version: str) -> None:
+        # The thread at rest moves now (`toren deploy move-threads`), not when the server
+        # tells a message's first task of the new version, which can come a task late.
+        async def done() -> bool:
+            await toren_client.move_threads(client, agent_name, wait=timedelta(seconds=5))
+            return await build_id_of(client, thread_id) == version
+
+        await wait_for(done, timeout=60, every=0.5)
+
     async with worker(v1, "v1", {"anthropic/claude-x": anthropic}):
         await make_current(dev_server, deployment, "v1")
         thread = await toren_client.start_thread(client, v1.name, user_id="alice")
@@ -139,11 +152,18 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
         assert first["text"] == "A-1 shipped."
         async with worker(v2, "v2", {"openai/gpt-x": openai}):
             await make_current(dev_server, deployment, "v2")
+            await moved(thread.id, "v2")
             second = await toren_client.send_message(client, thread.id, "And B-2?")
             assert second["text"] == "B-2 shipped."
             assert await build_id_of(client, thread.id) == "v2"
-            await toren_client.close_thread(client, thread.id, by="test")
-    assert len(sent_anthropic) == 2 and len(sent_openai) == 2
+            # And back: v3 runs on Anthropic again.
+            async with worker(v3, "v3", {"anthropic/claude-x": anthropic}):
+                await make_current(dev_server, deployment, "v3")
+                await moved(thread.id, "v3")
+                third = await toren_client.send_message(client, thread.id, "Thanks!")
+                assert third["text"] == "You are welcome."
+                await toren_client.close_thread(client, thread.id, by="test")
+    assert len(sent_anthropic) == 3 and len(sent_openai) == 2
 
     # OpenAI got the Anthropic turn in its own format: the call, its result, the answer.
     wire = sent_openai[0]["messages"]
@@ -168,8 +188,21 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
         text = json.dumps(body)
         for leak in ("provider_content", "thinking", "EqQBSIGNED", "tool_use"):
             assert leak not in text, leak
-    # ... while Anthropic itself got its thinking back verbatim inside its own tool loop.
+    # ... while Anthropic itself got its thinking back verbatim inside its own tool loop,
+    # and, back on Anthropic, OpenAI's turn as its own blocks.
     assert sent_anthropic[1]["messages"][1]["content"][0] == THINKING
+    back = sent_anthropic[2]["messages"]
+    assert back[5] == {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "call_02", "name": "lookup", "input": {"order_id": "B-2"}},
+        ],
+    }
+    [result] = back[6]["content"]
+    assert (result["type"], result["tool_use_id"]) == ("tool_result", "call_02")
+    assert result["content"] == "order B-2 shipped" and result["is_error"] is False
+    assert '"function"' not in json.dumps(sent_anthropic[2])  # nothing of OpenAI's format
 
     # History: every model call's input and result in toren's neutral types.
     histories = await toren_client.histories(client, thread.id)
@@ -178,14 +211,14 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
     events = await toren_client.events(client, thread.id)
     completed = [e for e in events if e["type"] == "LlmCallCompleted"]
     assert [e["text"] for e in completed] == [
-        "Let me look.", "A-1 shipped.", "Let me look.", "B-2 shipped.",
+        "Let me look.", "A-1 shipped.", "Let me look.", "B-2 shipped.", "You are welcome.",
     ]  # fmt: skip
     for event in completed:
         for call in event["toolCalls"]:
             assert set(call) == {"id", "name", "arguments"}
             assert json.loads(call["arguments"])["order_id"] in ("A-1", "B-2")
     results = [r for h in histories for r in _model_results(h)]
-    assert len(results) == 4
+    assert len(results) == 5
     for result in results:
         message = result["message"]
         assert set(message) <= {
@@ -201,10 +234,18 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
     assert results[0]["message"]["provider_content"] == {
         "anthropic": ANTHROPIC_REPLIES[0]["content"]
     }
-    assert [r["finish_reason"] for r in results] == ["tool_calls", "stop", "tool_calls", "stop"]
+    assert [r["finish_reason"] for r in results] == [
+        "tool_calls",
+        "stop",
+        "tool_calls",
+        "stop",
+        "stop",
+    ]
     assert [r["usage"] for r in results] == [
         {"input_tokens": 30, "output_tokens": 12},
-    ] * 2 + [{"input_tokens": 40, "output_tokens": 9}] * 2
+    ] * 2 + [{"input_tokens": 40, "output_tokens": 9}] * 2 + [
+        {"input_tokens": 30, "output_tokens": 12}
+    ]
 
     # `toren events` tells both turns the same way: the same events, with the same fields.
     def turn(n: int) -> list[tuple[str, list[str]]]:
