@@ -18,10 +18,9 @@ from typing import Any
 
 import httpx
 import yaml
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.converter import default
 
+from tests._neutral import model_results, neutral_problems
 from tests.conftest import task_failures, wait_for
 from tests.test_versioning import build_id_of, make_current
 from toren import client as toren_client
@@ -217,20 +216,12 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
         for call in event["toolCalls"]:
             assert set(call) == {"id", "name", "arguments"}
             assert json.loads(call["arguments"])["order_id"] in ("A-1", "B-2")
-    results = [r for h in histories for r in _model_results(h)]
+    results = [r for h in histories for r in model_results(h)]
     assert len(results) == 5
     for result in results:
-        message = result["message"]
-        assert set(message) <= {
-            "role",
-            "content",
-            "tool_calls",
-            "provider_calls",
-            "provider_content",
-        }
-        assert message["role"] == "assistant" and isinstance(message["content"], str)
+        assert neutral_problems(result) == []
         # A provider's verbatim blocks ride only under its own key.
-        assert set(message.get("provider_content") or {}) <= {"anthropic"}
+        assert set(result["message"].get("provider_content") or {}) <= {"anthropic"}
     assert results[0]["message"]["provider_content"] == {
         "anthropic": ANTHROPIC_REPLIES[0]["content"]
     }
@@ -261,18 +252,20 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
     ]  # fmt: skip
 
 
-def _model_results(history: Any) -> list[dict[str, Any]]:
-    """The recorded results of `toren.call_model`, decoded as plain JSON."""
-    scheduled: set[int] = set()
-    found: list[dict[str, Any]] = []
-    for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            attributes = event.activity_task_scheduled_event_attributes
-            if attributes.activity_type.name == "toren.call_model":
-                scheduled.add(event.event_id)
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            done = event.activity_task_completed_event_attributes
-            if done.scheduled_event_id in scheduled:
-                [value] = default().payload_converter.from_payloads(list(done.result.payloads))
-                found.append(value)
-    return found
+def test_a_providers_own_shape_outside_provider_content_is_reported() -> None:
+    recorded = {
+        "message": {
+            "role": "assistant",
+            "content": "",
+            "thinking": "hmm",
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "lookup"}}],
+            "provider_content": {"anthropic": [], "openai": {}},
+        },
+        "usage": {"prompt_tokens": 3},
+        "finish_reason": "stop",
+    }
+    problems = neutral_problems(recorded)
+    assert "message key 'thinking'" in problems and "usage key 'prompt_tokens'" in problems
+    assert any(p.startswith("tool call") for p in problems)
+    assert any(p.startswith("provider_content must be one provider's") for p in problems)
+    assert neutral_problems({"message": {"role": "assistant", "content": "ok"}}) == []
