@@ -33,6 +33,7 @@ from toren.agent._schema import validate_args
 from toren.agent._spec import AgentSpec
 from toren.agent._transcript import TranscriptRef
 from toren.agent._types import RunState
+from toren.workflows._output import parse_output
 
 __all__ = ["PATCH", "TOOL_CALL_AS_TEXT", "TextCall", "correction", "find_text_call", "send_back"]
 
@@ -137,13 +138,8 @@ def send_back(
 def _is_typed_output(spec: AgentSpec, text: str) -> bool:
     if spec.output_schema is None:
         return False
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    try:
-        value = json.loads(fenced.group(1) if fenced else body)
-    except ValueError:
-        return False
-    return validate_args(spec.output_schema, value, indexed=True) is None
+    value, problem = parse_output(text)
+    return problem is None and validate_args(spec.output_schema, value, indexed=True) is None
 
 
 def _calls(calls: list[Any] | None, tools: Collection[str], form: str) -> TextCall | None:
