@@ -21,7 +21,8 @@ from toren import AgentRun, AgentThread
 from toren.client._events import render
 from toren.connect._plugin import TorenPlugin, workflow_runner
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+HERE = Path(__file__).parent / "histories"
+HISTORIES = sorted(HERE.glob("*.json"))
 
 EXPECTED_END = {
     "budget_exhausted": "RunFailed",
@@ -34,6 +35,8 @@ EXPECTED_END = {
     "thread_approval": "ThreadClosed",
     "thread_continue_as_new.1": "ThreadClosed",
     "thread_idle": "ThreadClosed",
+    "thread_tool_call_as_text": "ThreadClosed",
+    "thread_tool_call_as_text_unpatched": "ThreadClosed",
     "thread_two_messages": "ThreadClosed",
 }
 
@@ -48,7 +51,7 @@ def test_every_path_has_a_history() -> None:
         "plain", "parallel_tools", "approval_granted", "approval_denied", "approval_expired",
         "timeout", "fail_closed", "budget_exhausted", "malformed_signal", "context_powers",
         "continue_as_new", "thread_two_messages", "thread_approval", "thread_continue_as_new",
-        "thread_idle",
+        "thread_idle", "tool_call_as_text",
     }  # fmt: skip
 
 
@@ -79,6 +82,20 @@ def test_events_of_each_path(request: pytest.FixtureRequest) -> None:
     expired = render(load(Path(__file__).parent / "histories" / "approval_expired.json"))
     resolved = next(e for e in expired if e["type"] == "ApprovalResolved")
     assert resolved["by"] == "toren" and resolved["comment"].startswith("approval expired")
+    # A tool call written as text: recorded before `toren-tool-call-as-text` the run ended
+    # with it; since then it goes back to the model once.
+    as_text = render(load(HERE / "tool_call_as_text_unpatched.json"))
+    assert [e.get("sentBack") for e in as_text if e["type"] == "ToolCallAsText"] == [False]
+    assert next(e for e in as_text if e["type"] == "RunCompleted")["text"].startswith("<tool_")
+    as_text = render(load(HERE / "tool_call_as_text.json"))
+    assert [e.get("sentBack") for e in as_text if e["type"] == "ToolCallAsText"] == [True]
+    assert next(e for e in as_text if e["type"] == "RunCompleted")["text"] == "done"
+    # In a thread: the first message ended with the call as its answer, and now is corrected.
+    assert [e["text"] for e in render(load(HERE / "thread_tool_call_as_text_unpatched.json"))
+            if e["type"] == "MessageAnswered"][0].startswith("<tool_call>")  # fmt: skip
+    thread = render(load(HERE / "thread_tool_call_as_text.json"))
+    assert [e["text"] for e in thread if e["type"] == "MessageAnswered"] == ["fixed", "two"]
+    assert [e["sentBack"] for e in thread if e["type"] == "ToolCallAsText"] == [True]
     powers = kinds("context_powers")
     for kind in ("ToolInvoked", "StateSet", "ToolEvent", "ToolQueued", "MessageInjected"):
         assert kind in powers

@@ -167,6 +167,13 @@ PATHS: dict[str, tuple[list[Any], dict[str, Any], Drive | None]] = {
         None,
     ),  # fmt: skip
     "context_powers": ([{"tool_calls": [call("powers", "p")]}, "done"], {}, None),
+    # A tool call written as text; recorded before `toren-tool-call-as-text` too, as
+    # tool_call_as_text_unpatched.json (that run ends with the text as its answer).
+    "tool_call_as_text": (
+        ['<tool_call>{"name": "echo", "arguments": {"text": "x"}}</tool_call>', "done"],
+        {},
+        None,
+    ),
     "continue_as_new": (
         [*[{"tool_calls": [call("echo", f"e{i}", text=str(i))]} for i in range(30)], "done"],
         {"limits": {"continueAsNewAfterEvents": 100}},
@@ -220,6 +227,12 @@ THREAD_PATHS: dict[str, tuple[list[Any], dict[str, Any], Drive]] = {
         many_messages,
     ),
     "thread_idle": (["only"], {"limits": {"threadIdleTimeoutMin": 0.03}}, idle),
+    # Recorded before `toren-tool-call-as-text` too, as thread_tool_call_as_text_unpatched.json.
+    "thread_tool_call_as_text": (
+        ['<tool_call>{"name": "echo", "arguments": {"text": "x"}}</tool_call>', "fixed", "two"],
+        {},
+        two_messages,
+    ),
 }
 
 

@@ -212,6 +212,9 @@ class RunState:
     output_retries: int = 0
     """Final answers of the current execution refused for not matching `output:` so far
     (`toren.workflows._output`)."""
+    text_call_sent_back: int = 0
+    """The transcript's length right after the last correction of a tool call written as text
+    (`toren.workflows._text_calls`): a reply right after it is not sent back again."""
     # Handoffs in a thread (`toren.workflows._handoff`).
     agent: str | None = None
     """The agent the conversation was handed to (agent.yaml `handoffs:`), whose spec every later

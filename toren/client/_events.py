@@ -17,7 +17,9 @@ reply carried it), ToolCallCompleted (with attachments by name and id), ToolCall
 ApprovalRequested, ApprovalResolved, SignalRefused, QuestionAsked and QuestionAnswered (a
 person asked by `ask_human` or `ctx.ask`), and what tools did through their context:
 ToolInvoked, StateSet, ToolEvent, ToolQueued, MessageInjected; OutputRejected (a final answer
-that did not match the agent's `output:` and went back to the model); EvalAnswered in an eval run
+that did not match the agent's `output:` and went back to the model); ToolCallAsText (a final
+answer that was only a tool call written as text: `sentBack` when it went back to the model as a
+correction, false when the run or message ended with it); EvalAnswered in an eval run
 (how it answered a call: from the record, diverged, would ask a person); then Receipt (model calls,
 failed attempts, tokens, cost) and RunCompleted or RunFailed (also RunTimedOut, RunCanceled,
 RunTerminated, RunContinuedAsNew);
@@ -56,6 +58,7 @@ from toren.client._render_tools import ToolEvents
 from toren.errors import CodecServerError
 from toren.workflows._agent_tools import CHILD_APPROVAL_SIGNAL
 from toren.workflows._output import OUTPUT_REJECTED
+from toren.workflows._text_calls import TOOL_CALL_AS_TEXT
 from toren.workflows._thread_inbox import THREAD_SIGNALS
 
 STREAM_PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
@@ -175,6 +178,7 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents, QuestionEve
             self.effects = {t["name"]: t.get("effects", "") for t in result.get("tools", [])}
             self.schemas = {t["name"]: t.get("schema") or {} for t in result.get("tools", [])}
             self.prices = result.get("prices")
+            self.typed = bool(result.get("output_schema"))
             self._agent_loaded(event, result)
         elif tool is not None:
             self._local_tool(event, tool, result, a)
@@ -197,6 +201,9 @@ class _Renderer(RunEvents, ToolEvents, ApprovalEvents, ThreadEvents, QuestionEve
                 if isinstance(message, dict) and isinstance(message.get(OUTPUT_REJECTED), dict):
                     # A final answer the workflow sent back (`toren.workflows._output`).
                     self.emit(event, "OutputRejected", **message[OUTPUT_REJECTED])
+                if isinstance(message, dict) and isinstance(message.get(TOOL_CALL_AS_TEXT), dict):
+                    # A tool call written as text, sent back (`toren.workflows._text_calls`).
+                    self.emit(event, "ToolCallAsText", **message[TOOL_CALL_AS_TEXT], sentBack=True)
                 if isinstance(message, dict) and message.get("role") == "tool":
                     if self.inherited:  # a fork's: the transcript it starts from
                         self.inherited -= 1

@@ -94,6 +94,11 @@ class RenderState:
         they ran in the source, not here, so they are no ToolCallCompleted of this run."""
         self.agent: str | None = None
         """The agent whose spec the run loaded last (a handoff loads another)."""
+        self.typed = False
+        """Whether that spec has a typed `output:` (its final answer matches it)."""
+        self.text_call: dict[str, Any] | None = None
+        """The last reply's tool call written as text (`toren.workflows._text_calls`), until
+        the run sends it back (a `ToolCallAsText` from the correction) or ends with it."""
 
     def _decode(self, payloads: Payloads | None) -> list[Any]:
         if payloads is None or not payloads.payloads:
@@ -106,6 +111,12 @@ class RenderState:
     def _first(self, payloads: Payloads | None) -> Any:
         values = self._decode(payloads)
         return values[0] if values else None
+
+    def _text_call_kept(self, source: HistoryEvent) -> None:
+        """`ToolCallAsText` with `sentBack` false: the run or message ended with one."""
+        if self.text_call is not None:
+            self.emit(source, "ToolCallAsText", **self.text_call, sentBack=False)
+            self.text_call = None
 
     def emit(self, source: HistoryEvent, type_: str, **fields: Any) -> None:
         """Append an event of `type_`, dated when `source` was written."""

@@ -11,6 +11,7 @@ run the workflow's code).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from typing import Any
 
@@ -21,6 +22,7 @@ from toren.agent._attempts import attempts_before, failure_record
 from toren.client._render_core import RenderState, failure_text, pick
 from toren.workflows._budget import CACHE_KEYS, cost_usd
 from toren.workflows._eval_calls import EVAL_MEMO
+from toren.workflows._text_calls import find_text_call
 
 __all__ = ["MODEL_ACTIVITY", "RunEvents"]
 
@@ -192,6 +194,7 @@ class RunEvents(RenderState):
     def _run_completed(self, event: HistoryEvent) -> None:
         result = self._first(event.workflow_execution_completed_event_attributes.result)
         result = result if isinstance(result, dict) else {"text": result}
+        self._text_call_kept(event)
         self._receipt(event)
         if "closed_by" in result:
             self.emit(
@@ -213,6 +216,7 @@ class RunEvents(RenderState):
     def _model_scheduled(self, event: HistoryEvent, info: dict[str, Any]) -> None:
         a = event.activity_task_scheduled_event_attributes
         info["max_attempts"] = a.retry_policy.maximum_attempts or None  # 0: unlimited
+        self.text_call = None  # the model is asked again: the run did not end with it
         self._compacted(event, info)
         self.emit(event, "LlmCallStarted", step=info.get("step"), model=info.get("model"))
 
@@ -307,6 +311,10 @@ class RunEvents(RenderState):
             # `length`: cut at maxTokens (the model is told when it cut a tool call).
             finishReason=result.get("finish_reason") or None,
         )
+        found = None
+        if not message.get("tool_calls") and not self.typed:
+            found = find_text_call(str(message.get("content") or ""), self.schemas)
+        self.text_call = dataclasses.asdict(found) if found else None
         # Tools the provider ran inside this call: logged like any call, by whom they ran.
         for call in message.get("provider_calls") or []:
             args = call.get("arguments")

@@ -48,6 +48,7 @@ class ThreadEvents(RenderState):
     def _answered(self, event: HistoryEvent, outcome: dict[str, Any]) -> None:
         if outcome.get("continued"):
             return  # the next run of the chain answers it
+        self._text_call_kept(event)
         self.emit(
             event,
             "MessageAnswered",

@@ -6,7 +6,8 @@ until a final answer or a budget ends the run. Everything the run carries is one
 model call), `_tool_calls` (one tool call under its contract), `_approvals` (pending calls,
 decisions, refused signals), `_run_handlers` (the signals, update and queries this class
 inherits), `_background` (child runs), `_status` (the inbox's search attributes), `_output`
-(the final answer, checked against a typed `output:`). Everything that can differ between
+(the final answer, checked against a typed `output:`), `_text_calls` (a final answer that is
+only a tool call written as text goes back to the model once). Everything that can differ between
 executions runs in an activity; this package imports no user code, no HTTP client and no model
 SDK (a test holds it to that).
 """
@@ -47,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._run_handlers import RunHandlers
     from toren.workflows._status import StatusAttributes
     from toren.workflows._stream_state import LiveStream, carried_stream, stream_state_json
+    from toren.workflows._text_calls import send_back
     from toren.workflows._tool_calls import ToolCalls
 
 __all__ = ["AgentRun", "toren_bug"]
@@ -315,6 +317,8 @@ class AgentRun(RunHandlers):
             )
             calls = reply.message.get("tool_calls") or []
             if not calls:
+                if send_back(spec, run, self._transcript, reply.message):
+                    continue  # a tool call written as text: the model is told to make it
                 result = final_result(spec, run, self._transcript, reply.message)
                 if result is None:
                     continue  # it did not match `output:` and went back to the model
