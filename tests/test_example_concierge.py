@@ -11,29 +11,40 @@ import re
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pexpect
+import pytest
 from temporalio.client import Client
 
-from tests.conftest import ROOT, DevServer, fetch_history, task_failures
+from bench.faults.fake_openai import FakeOpenAI
+from tests.conftest import ROOT, DevServer, fetch_history, result_of, task_failures
+from toren import client as toren_client
 from toren.client._events import render
 
 FIRST = "Hi, I'm Ada. We're four, vegetarian. A table for Friday at 19:30?"
 SECOND = "Somewhere for lunch on Saturday?"
 
 
-async def test_concierge_remembers_the_guest_books_through_mcp_after_an_inline_approval(
-    client: Client, dev_server: DevServer, tmp_path: Path
-) -> None:
-    ledger = tmp_path / "bookings.jsonl"
-    env = {
+def worker_env(dev_server: DevServer, **more: str) -> dict[str, str]:
+    return {
         **os.environ,
         "TEMPORAL_ADDRESS": dev_server.address,
         # agent.yaml runs the server with the `python` on PATH: this venv's, which has `mcp`.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "CONCIERGE_BOOKINGS": str(ledger),
+        **more,
     }
+
+
+async def test_concierge_remembers_the_guest_books_through_mcp_after_an_inline_approval(
+    client: Client, dev_server: DevServer, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "bookings.jsonl"
+    env = worker_env(dev_server, CONCIERGE_BOOKINGS=str(ledger))
     worker = subprocess.Popen(
         [sys.executable, "-m", "toren.cli", "worker", "examples/concierge"],
         env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -43,7 +54,7 @@ async def test_concierge_remembers_the_guest_books_through_mcp_after_an_inline_a
                "--user", "ada"]  # fmt: skip
     try:
         chat = pexpect.spawn(sys.executable, command, env=env, cwd=str(ROOT),
-                             encoding="utf-8", timeout=60)  # fmt: skip
+                             encoding="utf-8", timeout=30)  # fmt: skip
         chat.logfile_read = sys.stdout
         chat.expect(f"thread {thread_id}")
         chat.expect("you> ")
@@ -91,3 +102,78 @@ async def test_concierge_remembers_the_guest_books_through_mcp_after_an_inline_a
     assert done["recall_guest"] == "name: Ada, diet: vegetarian, party size: 4"
     assert re.search(r"booked The Green Fork .* confirmation CF-", done["dining__book_table"])
     assert any(e["type"] == "ApprovalResolved" for e in render(history))
+
+
+@dataclass
+class FollowsInstructions(FakeOpenAI):
+    """An OpenAI-compatible server that answers as a model following instructions.md: recall
+    first, remember a name it is told, then answer with what the tools said."""
+
+    plans: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+    def handle(self, http: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        self.bodies.append(body)
+        last = body["messages"][-1]
+        called = {c["id"]: c["function"]["name"] for m in body["messages"]
+                  for c in m.get("tool_calls") or []}  # fmt: skip
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if last["role"] == "user":
+            message["tool_calls"] = [_call("recall_guest", {})]
+        elif called[last["tool_call_id"]] == "recall_guest" and last["content"] == "nothing yet":
+            message["tool_calls"] = [_call("remember_guest", {"name": "Bo"})]
+        else:
+            message["content"] = f"As I have it: {last['content']}"
+        data = json.dumps(
+            {"id": "chatcmpl-1", "object": "chat.completion", "model": body["model"],
+             "choices": [{"index": 0, "message": message,
+                          "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}],
+             "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}
+        ).encode()  # fmt: skip
+        http.send_response(200)
+        http.send_header("Content-Type", "application/json")
+        http.send_header("Content-Length", str(len(data)))
+        http.end_headers()
+        http.wfile.write(data)
+
+
+def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    call_id = f"call_{uuid.uuid4().hex[:8]}"
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}  # fmt: skip
+
+
+@pytest.fixture
+def model() -> Iterator[FollowsInstructions]:
+    server = FollowsInstructions().start()
+    yield server
+    server.stop()
+
+
+async def test_with_a_model_flag_the_model_sees_the_instructions_and_every_tool(
+    client: Client, dev_server: DevServer, model: FollowsInstructions
+) -> None:
+    # `toren worker examples/concierge --model openai/gpt-4o-mini` as the README says, with
+    # OPENAI_BASE_URL at a server standing in for the provider.
+    env = worker_env(dev_server, OPENAI_API_KEY="sk-fake", OPENAI_BASE_URL=model.base_url)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "toren.cli", "worker", "examples/concierge",
+         "--model", "openai/gpt-4o-mini"],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        thread = await toren_client.start_thread(client, "concierge", user_id="bo")
+        first = await result_of(toren_client.send_message(client, thread.id, "I'm Bo."))
+        second = await result_of(toren_client.send_message(client, thread.id, "Who am I?"))
+        await toren_client.close_thread(client, thread.id, by="bo")
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert first["text"] == "As I have it: remembered name: Bo"
+    assert second["text"] == "As I have it: name: Bo"  # read back from the thread's state
+    request = model.bodies[0]
+    assert request["model"] == "gpt-4o-mini"
+    assert "concierge of a small city hotel" in request["messages"][0]["content"]
+    assert sorted(t["function"]["name"] for t in request["tools"]) == [
+        "dining__book_table", "dining__find_restaurants", "recall_guest", "remember_guest",
+    ]  # fmt: skip
