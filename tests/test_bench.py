@@ -95,6 +95,7 @@ def test_the_providers_bench_prints_a_row_per_path() -> None:
     out = bench("bench.perf.providers", "--calls", "3")
     rows = [line.split() for line in out.splitlines()[1:]]
     assert [" ".join(r[: len(r) - 4]) for r in rows] == [
-        "chat", "chat streamed", "responses", "responses streamed"
+        "chat", "chat streamed", "responses", "responses streamed", "anthropic",
+        "anthropic streamed", "gemini", "gemini streamed", "bedrock",
     ]  # fmt: skip
     assert all(r[-4] == "3" for r in rows)

@@ -11,19 +11,28 @@ call (building the request, the SDK's client, the HTTP exchange over loopback, p
 model. Calls run one after another; reported per path: mean, p50 and p95 milliseconds per call.
 Another provider adds a row to `PATHS` (name → a factory of one call's coroutine).
 
-Figures: 2 cores shared with other jobs (load average 5.5), `--calls 200`, ms per call,
-p50 / p95, two runs each, alternating:
+Figures, `--calls 100`, ms per call (mean / p50 / p95), 2 cores shared with a test run (load
+average 2.4); "before" is this script run in a checkout of 97347b7, the hand-written httpx
+clients (only the paths it had):
 
-| path | hand-written httpx client (before, 97347b7) | `openai` SDK 3.63 (now) |
+| path | before (97347b7) | now (official SDKs) |
 |---|---|---|
-| chat | 104 / 206, 88 / 160 | 4.3 / 23, 5.4 / 25 |
-| chat streamed | 39 / 98, 37 / 129 | 13 / 37, 6.5 / 26 |
-| responses | n/a | 9.9 / 46, 7.2 / 19 |
-| responses streamed | n/a | 25 / 44, 7.8 / 32 |
+| chat | 34.4 / 30.9 / 60.3 | 4.3 / 4.0 / 7.5 |
+| chat streamed | 32.4 / 29.8 / 43.3 | 5.5 / 4.8 / 7.8 |
+| responses | n/a | 4.9 / 4.2 / 7.9 |
+| responses streamed | n/a | 9.6 / 7.6 / 24.2 |
+| anthropic | 34.0 / 32.0 / 44.1 | 6.6 / 7.4 / 10.9 |
+| anthropic streamed | 33.8 / 31.5 / 45.7 | 8.3 / 7.9 / 12.3 |
+| gemini | n/a | 8.6 / 7.6 / 13.1 |
+| gemini streamed | n/a | 6.6 / 6.5 / 9.1 |
+| bedrock (Converse) | n/a | 36.7 / 33.9 / 41.6 |
 
-The gain is not the SDK's: both build an httpx client per call, and building one loads the CA
-bundle (some 80 ms here); the provider now makes its TLS context once (`_openai._tls`). The SDK
-itself adds well under a millisecond per call (its client object), noise on this machine.
+The gain is not the SDKs': every path builds its HTTP client per call (no pool outlives an
+activity's event loop), and building one loaded the CA bundle each time (30 to 100 ms here,
+more under load). The providers now share one TLS context per worker (`_tls.py`); google-genai
+is handed it too (it would build two per client). Bedrock's aiobotocore still loads the CA
+bundle into each call's connector, which is most of its 34 ms; against a real model's seconds
+that is noise, and left so. The SDKs' own work is a few milliseconds per call.
 """
 
 from __future__ import annotations
@@ -60,6 +69,50 @@ RESPONSE = {
 }  # fmt: skip
 
 
+MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "stub",
+    "content": [{"type": "text", "text": "Hello there."}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 12, "output_tokens": 3},
+}
+GENERATED = {
+    "candidates": [{"content": {"role": "model", "parts": [{"text": "Hello there."}]},
+                    "finishReason": "STOP", "index": 0}],
+    "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 3, "totalTokenCount": 15},
+}  # fmt: skip
+CONVERSE = {
+    "output": {"message": {"role": "assistant", "content": [{"text": "Hello there."}]}},
+    "stopReason": "end_turn",
+    "usage": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15},
+    "metrics": {"latencyMs": 1},
+}
+
+
+def _messages_stream() -> bytes:
+    start = {**MESSAGE, "content": [], "stop_reason": None}
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}}
+          for w in ("Hello", " there.")),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+         "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+def _generated_stream() -> bytes:
+    first = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hello"}]}}]}
+    last = {**GENERATED, "candidates": [{**GENERATED["candidates"][0],
+            "content": {"role": "model", "parts": [{"text": " there."}]}}]}  # fmt: skip
+    return b"".join(f"data: {json.dumps(c)}\r\n\r\n".encode() for c in (first, last))
+
+
 def _chat_stream() -> bytes:
     chunks = [
         {"choices": [{"index": 0, "delta": {"content": word}}]} for word in ("Hello", " there.")
@@ -83,12 +136,24 @@ class _Stub(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        responses = self.path.endswith("/responses")
-        if body.get("stream"):
-            data, kind = (_responses_stream() if responses else _chat_stream()), "text/event-stream"
+        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.loads(raw) if raw else {}
+        path = self.path.split("?")[0]
+        streamed = bool(body.get("stream")) or ":stream" in path
+        if path.endswith("/responses"):
+            reply, stream = RESPONSE, _responses_stream
+        elif path.endswith("/messages"):
+            reply, stream = MESSAGE, _messages_stream
+        elif ":" in path.rsplit("/", 1)[-1]:  # Gemini's models/<m>:generateContent
+            reply, stream = GENERATED, _generated_stream
+        elif path.endswith("/converse"):  # Bedrock's Converse (ConverseStream is not stubbed)
+            reply, stream = CONVERSE, _chat_stream
         else:
-            data, kind = json.dumps(RESPONSE if responses else CHAT).encode(), "application/json"
+            reply, stream = CHAT, _chat_stream
+        if streamed:
+            data, kind = stream(), "text/event-stream"
+        else:
+            data, kind = json.dumps(reply).encode(), "application/json"
         self.send_response(200)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
@@ -104,20 +169,47 @@ def _request(api: str, streamed: bool) -> ModelRequest:
         model="stub",
         system="Be brief.",
         messages=[{"role": "user", "content": "hi"}],
-        settings={"api": api},
+        settings={"api": api} if api else {},
         on_delta=(lambda delta: None) if streamed else None,
     )
 
 
-def paths(base_url: str) -> dict[str, Callable[[], Awaitable[Any]]]:
-    """Each path measured: name → a factory of one call's coroutine."""
-    model = OpenAIModel("sk-bench", base_url=base_url)
-    return {
+def paths(root: str) -> dict[str, Callable[[], Awaitable[Any]]]:
+    """Each path measured: name → a factory of one call's coroutine (`root`: the stub's URL).
+
+    A provider that this checkout lacks (or whose SDK is not installed) has no rows, so the
+    script runs on an older commit too, for the figures before a change.
+    """
+    model = OpenAIModel("sk-bench", base_url=f"{root}/v1")
+    found: dict[str, Callable[[], Awaitable[Any]]] = {
         "chat": lambda: model.complete(_request("chat", False)),
         "chat streamed": lambda: model.complete(_request("chat", True)),
         "responses": lambda: model.complete(_request("responses", False)),
         "responses streamed": lambda: model.complete(_request("responses", True)),
     }
+    from toren.worker.models._anthropic import AnthropicModel
+
+    claude = AnthropicModel("sk-ant-bench", base_url=root)
+    found["anthropic"] = lambda: claude.complete(_request("", False))
+    found["anthropic streamed"] = lambda: claude.complete(_request("", True))
+    try:
+        from toren.worker.models._gemini import GeminiModel
+
+        gemini = GeminiModel("gm-bench", base_url=f"{root}/")
+        found["gemini"] = lambda: gemini.complete(_request("", False))
+        found["gemini streamed"] = lambda: gemini.complete(_request("", True))
+    except Exception:  # noqa: BLE001 (no such provider in this checkout, or no SDK)
+        pass
+    try:
+        from toren.worker.models._bedrock import bedrock_provider
+
+        env = {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "AKIABENCH",
+               "AWS_SECRET_ACCESS_KEY": "bench", "BEDROCK_ENDPOINT_URL": root}  # fmt: skip
+        bedrock = bedrock_provider(env, timeout=30.0)
+        found["bedrock"] = lambda: bedrock.complete(_request("", False))
+    except Exception:  # noqa: BLE001 (no such provider in this checkout, or no SDK)
+        pass
+    return found
 
 
 async def measure(call: Callable[[], Awaitable[Any]], calls: int) -> list[float]:
@@ -138,9 +230,9 @@ async def main(calls: int, only: list[str] | None) -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        root = f"http://127.0.0.1:{server.server_address[1]}"
         print(f"{'path':<20} {'calls':>6} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8}")
-        for name, call in paths(base_url).items():
+        for name, call in paths(root).items():
             if only and name.replace(" ", "-") not in only:
                 continue
             times = sorted(await measure(call, calls))

@@ -34,6 +34,7 @@ from toren.worker.models._anthropic_cache import mark_breakpoints
 from toren.worker.models._anthropic_call import client, sent
 from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
 from toren.worker.models._hosted import hosted_declaration
+from toren.worker.models._tls import httpx2_tls
 
 __all__ = ["AnthropicModel"]
 
@@ -116,7 +117,12 @@ class AnthropicModel:
 
     async def _once(self, request: ModelRequest) -> ModelReply:
         body = self.request_body(request)
-        sdk = client(self.api_key, self.base_url, self.http_client, self.timeout)
+        # A client per call, as the SDK's own default would be, on the worker's TLS context.
+        own = self.http_client is None
+        http = self.http_client or httpx2.AsyncClient(
+            verify=httpx2_tls(), timeout=self.timeout, follow_redirects=True
+        )
+        sdk = client(self.api_key, self.base_url, http, self.timeout)
         try:
             return await sent(
                 sdk,
@@ -127,8 +133,8 @@ class AnthropicModel:
                 key=self.api_key,
             )
         finally:
-            if self.http_client is None:
-                await sdk.close()
+            if own:
+                await http.aclose()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API JSON body for `request`.

@@ -35,6 +35,7 @@ from toren.worker._http import DETAIL_CHARS, retry_after, retryable_status
 from toren.worker._redact import redactor
 from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
 from toren.worker.models._gemini_wire import ReplyParts, request_arguments
+from toren.worker.models._tls import httpx_tls
 from toren.worker.models._window import refusal_for
 
 try:
@@ -161,13 +162,18 @@ class GeminiModel:
 
     @asynccontextmanager
     async def _models(self) -> AsyncIterator[Any]:
-        async with httpx.AsyncClient(transport=self.transport, timeout=self.timeout) as http:
+        async with httpx.AsyncClient(
+            transport=self.transport, timeout=self.timeout, verify=httpx_tls()
+        ) as http:
             options = genai_types.HttpOptions(
                 base_url=self.base_url,
                 timeout=int(self.timeout * 1000),  # the SDK counts milliseconds
                 # Temporal owns retries: one attempt, and no implicit retry of a lost connection.
                 retry_options=genai_types.HttpRetryOptions(attempts=1),
                 httpx_async_client=http,
+                # The SDK would load the CA bundle twice per client (some 100 ms) otherwise.
+                client_args={"verify": httpx_tls()},
+                async_client_args={"verify": httpx_tls(), "ssl": httpx_tls()},
             )
             if self.vertex is None:
                 client = genai.Client(vertexai=False, api_key=self.api_key, http_options=options)

@@ -16,10 +16,8 @@ policy decides. `settings["api"]` picks the API per request: `chat` (default) or
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Callable
 from contextlib import AsyncExitStack, aclosing
-from functools import cache
 from typing import Any, cast
 
 import httpx
@@ -31,6 +29,7 @@ from toren.worker.models._openai_chat import ChatStream, chat_body, parse_chat
 from toren.worker.models._openai_errors import PARSE_ERRORS, model_error
 from toren.worker.models._openai_responses import ResponsesStream, parse_response, responses_body
 from toren.worker.models._sse import StreamError, events
+from toren.worker.models._tls import httpx_tls
 
 __all__ = ["DEFAULT_AZURE_API_VERSION", "AzureOpenAIModel", "OpenAIModel"]
 
@@ -113,7 +112,9 @@ class OpenAIModel:
             http_client = self.http_client
             if http_client is None:
                 http_client = await stack.enter_async_context(
-                    httpx.AsyncClient(transport=self.transport, timeout=self.timeout, verify=_tls())
+                    httpx.AsyncClient(
+                        transport=self.transport, timeout=self.timeout, verify=httpx_tls()
+                    )
                 )
             client = self.sdk_client(http_client)
             api = client.responses if responses else client.chat.completions
@@ -236,16 +237,6 @@ class AzureOpenAIModel(OpenAIModel):
     def headers(self) -> dict[str, Any]:
         """Nothing more: the key or token is the SDK's to send."""
         return {}
-
-
-@cache
-def _tls() -> ssl.SSLContext:
-    """The default TLS context of `httpx`, made once.
-
-    Loading the CA bundle is most of what building a client costs (some 80 ms on a busy
-    machine), and each call builds one.
-    """
-    return httpx.create_ssl_context()
 
 
 def _json(response: Any) -> Any:
