@@ -8,12 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tests.conftest import fetch_history, result_of
 from toren import client as toren_client
+from toren.agent._types import ToolCallInput
 from toren.worker import serve
+from toren.worker.activities._run_reads import RunReads
 from toren.worker.models import ScriptedModel
 
 # Both tools qualify for a local activity: effects none, no key, timeout_ms <= 10 000.
@@ -165,3 +168,18 @@ async def test_a_local_tool_reads_the_messages_of_the_runs_its_run_continued_fro
     # The prompt, 20 calls and their results, then the call reading them: the earlier runs'
     # messages come from their queries, this run's from the call's input.
     assert tool_results(seen)[-1] == "color=c19 messages=42 first=hello there execution=42"
+
+
+async def test_a_local_call_without_its_runs_answers_fails_at_once_saying_why() -> None:
+    # A local call's run always sends them; were one not to, the read must not wait on a
+    # query its own workflow task holds up until the call times out.
+    local = ToolCallInput("c", "recall", {}, "wf:1:c", 1)
+    reads = RunReads("wf/run", local)
+    with pytest.raises(RuntimeError) as raised:
+        await reads.read_state()
+    assert str(raised.value).startswith(
+        "ctx.get_value cannot read the run here: tool 'recall' runs as a local activity and "
+        "its run sent no 'state' with the call"
+    )
+    with pytest.raises(RuntimeError, match="ctx.get_messages cannot read the run here"):
+        await reads.read_messages()
