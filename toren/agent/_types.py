@@ -301,6 +301,15 @@ class ToolCallInput:
     answers: list[dict[str, Any]] | None = None
     """Answers to the questions the handler asked with `ctx.ask` on its earlier runs, in order:
     `{"text", "by"}`, or `{"expired": true, "after_s"}` (`toren.agent._asking`)."""
+    state: dict[str, Any] | None = None
+    """The run's state as of the call (what query `state` answers), for a call that runs as a
+    local activity only: its workflow task stays open while it runs, so a query to its own run
+    would wait until the call times out. A local activity's input is not in history; a regular
+    activity's is, so there this stays `None` and `ctx.get_value` asks the run."""
+    transcript: dict[str, Any] | None = None
+    """`{"prior", "messages"}`: this run's own part of the transcript (what query
+    `transcript_segment` answers) for a local call, as `state`; earlier runs of the chain are
+    closed and still answer their queries. `None` for a regular activity."""
 
 
 @omit_defaults

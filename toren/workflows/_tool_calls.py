@@ -274,10 +274,17 @@ class ToolCalls:
             workspace=self._run.workspace,
             answers=answers,
         )
+        local = _runs_locally(tool)
+        if local:
+            # Its own workflow task is open while it runs: the run cannot answer its queries
+            # (`state`, `transcript_segment`), so the call takes their answers along. A local
+            # activity's input never enters history (its marker records the result only).
+            call_input.state = dict(self._run.state)
+            call_input.transcript = {"prior": self._run.prior, "messages": list(self._run.messages)}
         retry = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=max_attempts)
         activity_type = f"{spec.name}.{tool.name}"
         try:
-            if _runs_locally(tool):
+            if local:
                 # A short pure lookup: a local activity saves a server round trip and two events;
                 # running it twice after a crash is harmless by its own declaration.
                 result: ToolCallResult = await workflow.execute_local_activity(

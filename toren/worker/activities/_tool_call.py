@@ -37,6 +37,7 @@ from toren.worker._loaded import LoadedAgent
 from toren.worker._redact import Redactor
 from toren.worker._redact import redactor as redactor_of
 from toren.worker._thread_env import env_types, seal_env, thread_env_values
+from toren.worker.activities._run_reads import RunReads
 from toren.worker.activities._transcripts import read_transcript
 from toren.worker.tools._sandbox import code_jail, run_code
 
@@ -87,12 +88,18 @@ def store_failure(err: StoreError, what: str) -> ApplicationError:
     return ApplicationError(f"{what}: {err}", type="StoreError")
 
 
-class RunHooks:
-    """Connects a `ToolContext` to its run: queries for reads, nested calls for invokes."""
+class RunHooks(RunReads):
+    """Connects a `ToolContext` to its run: reads (`RunReads`), nested calls for invokes."""
 
-    def __init__(self, loaded: LoadedAgent, run_key: str, version: str | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedAgent,
+        run_key: str,
+        version: str | None = None,
+        local: ToolCallInput | None = None,
+    ) -> None:
+        super().__init__(run_key, local)
         self.loaded = loaded
-        self.run_key = run_key
         self.depth = 0
         self.version = version
         """The workspace version the call starts from (what history recorded last)."""
@@ -129,19 +136,6 @@ class RunHooks:
             return self.version
         except StoreError as err:
             raise store_failure(err, "storing the workspace failed") from None
-
-    def _handle(self) -> Any:
-        workflow_id, _, run_id = self.run_key.rpartition("/")
-        return activity.client().get_workflow_handle(workflow_id, run_id=run_id or None)
-
-    async def read_state(self) -> dict[str, Any]:
-        """The run's state as of this turn's start (query `state`)."""
-        state: dict[str, Any] = await self._handle().query("state")
-        return state
-
-    async def read_messages(self) -> list[dict[str, Any]]:
-        """The conversation so far, across continue-as-new (queries `transcript_segment`)."""
-        return await read_transcript(self.run_key)
 
     async def run_code(self, ctx: ToolContext, request: CodeRequest) -> CodeRun:
         """Run `request` in bash's jail (without network) in the run's workspace."""
@@ -243,7 +237,9 @@ async def _run_tool_call(
             "environment",
             True,
         )
-    hooks = RunHooks(loaded, run_key_of(input.run_key), input.workspace)
+    hooks = RunHooks(
+        loaded, run_key_of(input.run_key), input.workspace, input if info.is_local else None
+    )
     execution = input.execution or {}
     ctx = ToolContext(
         env={**loaded.env, **_variables(tool, os.environ), **thread_env},

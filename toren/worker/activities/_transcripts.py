@@ -21,15 +21,20 @@ from toren.store._transcripts import kept_transcript, transcript_key
 __all__ = ["keep_transcript", "read_transcript"]
 
 
-async def read_transcript(run_key: str) -> list[dict[str, Any]]:
+async def read_transcript(run_key: str, own: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The whole transcript of the run `run_key` (`<workflow id>/<run id>`).
 
-    Asked of the run and of the runs it continued from.
+    Asked of the run and of the runs it continued from. `own`: the run's own part,
+    `{"prior", "messages"}`, given by a local call, whose run cannot answer a query while the
+    call runs (the runs before it are closed and can).
     """
     workflow_id, _, run_id = run_key.rpartition("/")
     client = activity.client()
 
     async def segment_of(prior: str | None, start: int) -> dict[str, Any]:
+        if prior is None and own is not None:
+            messages = list(own.get("messages") or [])
+            return {"prior": own.get("prior"), "total": len(messages), "messages": messages[start:]}
         handle = client.get_workflow_handle(workflow_id, run_id=prior or run_id or None)
         segment: dict[str, Any] = await handle.query("transcript_segment", start)
         return segment
