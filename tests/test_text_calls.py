@@ -121,6 +121,31 @@ def of_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == kind]
 
 
+def test_a_notice_between_the_correction_and_the_reply_does_not_send_it_back_twice() -> None:
+    # A background run's notice (or an approval note) lands before the next model call: the
+    # reply still answers the correction, and stands.
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from toren.agent._transcript import TranscriptRef
+    from toren.agent._types import RunState
+    from toren.workflows import _text_calls
+
+    spec = SimpleNamespace(output_schema=None, tools=[SimpleNamespace(name="refund_order")])
+    reply = {"role": "assistant", "content": json.dumps(CALL)}
+    run, transcript = RunState(), TranscriptRef([{"role": "user", "content": "refund A-1"}])
+    sent = []
+    with mock.patch.object(_text_calls.workflow, "patched", return_value=True):
+        for notice in (None, "(toren: background run r1 finished)", None, None):
+            run.step += 1
+            if notice:
+                transcript.append({"role": "user", "content": notice}, {})
+            transcript.append(reply, {"message": reply})
+            sent.append(_text_calls.send_back(spec, run, transcript, reply))  # type: ignore[arg-type]
+    # step 1 sent back; step 2 answers it (a notice between); step 3 is a new final answer.
+    assert sent == [True, False, True, False]
+
+
 async def test_a_call_written_as_text_goes_back_and_only_the_real_call_waits(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:

@@ -213,8 +213,8 @@ class RunState:
     """Final answers of the current execution refused for not matching `output:` so far
     (`toren.workflows._output`)."""
     text_call_sent_back: int = 0
-    """The transcript's length right after the last correction of a tool call written as text
-    (`toren.workflows._text_calls`): a reply right after it is not sent back again."""
+    """The step whose reply was last sent back as a tool call written as text
+    (`toren.workflows._text_calls`; 0: none in this execution): the next step's reply is not."""
     # Handoffs in a thread (`toren.workflows._handoff`).
     agent: str | None = None
     """The agent the conversation was handed to (agent.yaml `handoffs:`), whose spec every later

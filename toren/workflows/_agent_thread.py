@@ -213,6 +213,7 @@ class AgentThread(ThreadInbox, AgentRun):
             run.deadline = None
             run.spent = fresh_spending()  # budgets bound each message's execution
             run.output_retries = 0
+            run.text_call_sent_back = 0
             run.execution_start = self._transcript.count
             thread.running = True
             content = naming_attachments(message.content, message.attachments)

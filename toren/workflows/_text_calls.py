@@ -121,8 +121,10 @@ def send_back(
     typed-output check (`toren.workflows._output`), and an agent with `output:` keeps an answer
     that matches its schema: it is the answer, whatever its keys.
     """
-    if run.text_call_sent_back and run.text_call_sent_back == transcript.count - 1:
-        return False  # it wrote the call as text again, right after the correction
+    if run.text_call_sent_back and run.step == run.text_call_sent_back + 1:
+        # The model call right after the correction (whatever notices came between) wrote the
+        # call as text again.
+        return False
     text = str(message.get("content") or "")
     found = find_text_call(text, [tool.name for tool in spec.tools])
     if found is None or _is_typed_output(spec, text):
@@ -131,7 +133,7 @@ def send_back(
         return False
     sent = correction(found)
     transcript.append(sent, {"message": sent})
-    run.text_call_sent_back = transcript.count
+    run.text_call_sent_back = run.step
     return True
 
 
