@@ -53,6 +53,15 @@ CALL = {"name": "refund_order", "arguments": ARGS}
         (f"[TOOL_CALLS]refund_order[ARGS]{json.dumps(ARGS)}", TextCall("refund_order", "mistral")),
         (f"[TOOL_CALLS]lookup[ARGS]{{}}[TOOL_CALLS]refund_order[ARGS]{json.dumps(ARGS)}",
          TextCall("lookup", "mistral", 2)),
+        # The arguments as JSON text, as the API itself carries them.
+        (json.dumps({"name": "refund_order", "arguments": json.dumps(ARGS)}),
+         TextCall("refund_order", "json")),
+        # OpenAI's own wire shape, copied into the text.
+        (json.dumps({"type": "function", "function": {"name": "refund_order", "arguments": "{}"}}),
+         TextCall("refund_order", "openai")),
+        (json.dumps([{"id": "call_1", "type": "function",
+                      "function": {"name": "lookup", "arguments": {"q": "x"}}}]),
+         TextCall("lookup", "openai")),
     ],
 )  # fmt: skip
 def test_a_call_written_as_text_is_found_in_each_form(text: str, expected: TextCall) -> None:
@@ -75,8 +84,9 @@ def test_a_call_written_as_text_is_found_in_each_form(text: str, expected: TextC
         f"<tool_call>{json.dumps({'name': 'Alice', 'arguments': {}})}</tool_call>",
         json.dumps([CALL, {"name": "nope", "arguments": {}}]),
         "[TOOL_CALLS]nope[ARGS]{}",
-        # Arguments that are not a JSON object.
-        json.dumps({"name": "refund_order", "arguments": json.dumps(ARGS)}),
+        # Arguments that are not a JSON object (nor JSON text holding one).
+        json.dumps({"name": "refund_order", "arguments": json.dumps(["A-1"])}),
+        json.dumps({"name": "refund_order", "arguments": "{"}),
         json.dumps({"name": "refund_order", "arguments": ["A-1"]}),
         json.dumps({"name": "refund_order"}),
         json.dumps({"name": "refund_order", "arguments": ARGS, "parameters": ARGS}),
@@ -84,7 +94,8 @@ def test_a_call_written_as_text_is_found_in_each_form(text: str, expected: TextC
         # Other JSON: more keys than a call has, another type, an empty list, not JSON at all.
         json.dumps({"name": "refund_order", "arguments": ARGS, "note": "later"}),
         json.dumps({"type": "tool", "name": "refund_order", "parameters": ARGS}),
-        json.dumps({"type": "function", "function": {"name": "refund_order", "arguments": "{}"}}),
+        json.dumps({"type": "function", "function": {"name": "nope", "arguments": "{}"}}),
+        json.dumps({"type": "function", "function": {"name": "lookup"}, "extra": 1}),
         "[]",
         '{"name": "refund_order", "arguments": {',
         "refund_order(order_id='A-1')",

@@ -68,7 +68,7 @@ class TextCall:
     tool: str
     """The first call's tool (a declared one, as every call's is)."""
     form: str
-    """How it was written: `json`, `hermes`, `llama` or `mistral`."""
+    """How it was written: `json`, `hermes`, `llama`, `mistral` or `openai`."""
     calls: int = 1
     """How many calls the text holds."""
 
@@ -76,11 +76,13 @@ class TextCall:
 def find_text_call(text: str, tools: Collection[str]) -> TextCall | None:
     """The tool calls `text` consists of, or None when it is an ordinary answer.
 
-    Every call must name one of `tools` and give its arguments as a JSON object; the text holds
-    nothing else (whitespace and a code fence around all of it aside). Forms: a JSON call
-    `{"name", "arguments" | "parameters"}` or a list of them; Hermes `<tool_call>{...}</tool_call>`
-    (one or more); Llama 3.x `{"type": "function", "name", "parameters"}`, optionally after
-    `<|python_tag|>`; Mistral `[TOOL_CALLS][{...}]` and `[TOOL_CALLS]name[ARGS]{...}`.
+    Every call must name one of `tools` and give its arguments as a JSON object (or as JSON text
+    holding one); the text holds nothing else (whitespace and a code fence around all of it
+    aside). Forms: a JSON call `{"name", "arguments" | "parameters"}` or a list of them; Hermes
+    `<tool_call>{...}</tool_call>` (one or more); Llama 3.x `{"type": "function", "name",
+    "parameters"}`, optionally after `<|python_tag|>`; OpenAI's wire shape `{"type": "function",
+    "function": {"name", "arguments"}}`; Mistral `[TOOL_CALLS][{...}]` and
+    `[TOOL_CALLS]name[ARGS]{...}`.
     """
     body = text.strip()
     fenced = _FENCE.match(body)
@@ -149,8 +151,12 @@ def _calls(calls: list[Any] | None, tools: Collection[str], form: str) -> TextCa
     if not calls:
         return None
     names: list[str] = []
-    llama = False
+    llama = openai = False
     for call in calls:
+        if _is_openai_shape(call):
+            # OpenAI's own wire shape, copied into text: `{"type": "function", "function":
+            # {"name", "arguments"}}` (an `id` beside it).
+            call, openai = dict(call["function"]), True
         if not isinstance(call, dict) or not set(call) <= _CALL_KEYS:
             return None
         name = call.get("name")
@@ -158,14 +164,28 @@ def _calls(calls: list[Any] | None, tools: Collection[str], form: str) -> TextCa
             return None
         if ("arguments" in call) == ("parameters" in call):
             return None  # neither, or both
-        if not isinstance(call.get("arguments", call.get("parameters")), dict):
+        arguments = call.get("arguments", call.get("parameters"))
+        if isinstance(arguments, str):
+            arguments = _json(arguments)  # the arguments as JSON text, as the API carries them
+        if not isinstance(arguments, dict):
             return None
         if "type" in call:
             if call["type"] != "function":
                 return None
             llama = True
         names.append(name)
-    return TextCall(names[0], "llama" if llama and form == "json" else form, len(names))
+    if form == "json" and (openai or llama):
+        form = "openai" if openai else "llama"
+    return TextCall(names[0], form, len(names))
+
+
+def _is_openai_shape(call: Any) -> bool:
+    return (
+        isinstance(call, dict)
+        and call.get("type") == "function"
+        and isinstance(call.get("function"), dict)
+        and set(call) <= {"type", "function", "id"}
+    )
 
 
 def _json(text: str) -> Any:
