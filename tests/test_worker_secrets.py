@@ -170,3 +170,53 @@ def test_a_value_found_only_by_its_name_must_look_like_a_secret() -> None:
     )
     assert "ghp_0123456789" in held and "tk-1234" in held
     assert not {"test", "redis", "/etc/gcp/key.json"} & set(held), held
+
+
+@pytest.mark.parametrize(
+    ("model", "environ", "hidden", "plain"),
+    [
+        (
+            "bedrock/us.amazon.nova-micro-v1:0",
+            {"AWS_REGION": "us-east-1", "AWS_SECRET_ACCESS_KEY": "aws-secret-1234",
+             "BEDROCK_ENDPOINT_URL": "https://vpce-1.example"},
+            {"AWS_SECRET_ACCESS_KEY", "BEDROCK_ENDPOINT_URL"},
+            {"AWS_REGION"},
+        ),
+        (
+            "vertex/gemini-2.5-flash",
+            {"GOOGLE_CLOUD_PROJECT": "acme-analytics", "GOOGLE_CLOUD_LOCATION": "europe-west4",
+             "GOOGLE_APPLICATION_CREDENTIALS": "/etc/gcp/sa.json"},
+            set(),
+            {"GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION", "GOOGLE_APPLICATION_CREDENTIALS"},
+        ),
+        (
+            "azure/gpt-4o",
+            {"AZURE_OPENAI_ENDPOINT": "https://acme.openai.azure.com",
+             "AZURE_OPENAI_API_KEY": "az-key-123456", "OPENAI_API_VERSION": "2025-04-01-preview"},
+            {"AZURE_OPENAI_ENDPOINT", "AZURE_OPENAI_API_KEY"},
+            {"OPENAI_API_VERSION"},
+        ),
+    ],
+)  # fmt: skip
+def test_a_providers_region_project_and_version_are_no_secrets(
+    make_agent: Callable[..., Path],
+    model: str,
+    environ: dict[str, str],
+    hidden: set[str],
+    plain: set[str],
+) -> None:
+    """Found in review: `AWS_REGION=us-east-1` was redacted, so a tool asked about
+    `us-east-1` ran with `[redacted]`; the same for a Vertex project and an API version."""
+    from toren.worker.activities._runtime import AgentRuntime
+
+    folder = make_agent(model=model)
+    loaded = next(iter(AgentRuntime.load([folder], environ=environ).agents.values()))
+    secrets = loaded.secrets(environ)
+    assert hidden <= set(secrets), secrets
+    assert not plain & set(secrets), secrets
+    word = environ[sorted(plain)[0]]
+    assert loaded.redactor().text(f"order {word}") == f"order {word}"
+    # Declared by the agent itself, the same name is its secret again.
+    declared = make_agent(model=model, env={"required": sorted(plain)}, name=f"{folder.name}_d")
+    again = next(iter(AgentRuntime.load([declared], environ=environ).agents.values()))
+    assert plain <= set(again.secrets(environ))

@@ -22,7 +22,7 @@ from toren.agent._config import PROVIDER_KEYS, AgentConfig, read_config
 from toren.agent._tool import Tool
 from toren.errors import ConfigError, MissingEnvError
 
-__all__ = ["Agent", "load_agent", "process_specs"]
+__all__ = ["PROVIDER_SETTINGS", "Agent", "load_agent", "process_specs"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _PROVIDER_OPTIONAL = {
@@ -42,6 +42,18 @@ _PROVIDER_OPTIONAL = {
     ),
     "azure": ("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN", "OPENAI_API_VERSION"),
 }
+PROVIDER_SETTINGS = frozenset({
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "OPENAI_API_VERSION",
+})  # fmt: skip
+"""What a provider reads that is configuration, not a credential: a region, a project, a
+file's path, an API version. Never redacted (unless agent.yaml declares the name itself):
+`us-east-1` in a tool's arguments is an ordinary word."""
 _KEY_ALIASES = {"GEMINI_API_KEY": "GOOGLE_API_KEY"}
 """A provider key → the other name it may go by (the SDK's older one), read when it is unset."""
 

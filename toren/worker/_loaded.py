@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from toren.agent._handoff_config import HANDOFF_PREFIX
 from toren.agent._spec import AgentSpec
-from toren.worker._agent import Agent
+from toren.worker._agent import PROVIDER_SETTINGS, Agent
 from toren.worker._digest import folder_hash, spec_digest
 from toren.worker._redact import Redactor, redactor
 from toren.worker.models import ModelProvider
@@ -123,10 +123,17 @@ class LoadedAgent:
         the `secret` variables of every tool of the agent, since a tool may invoke another.
         """
         environ = os.environ if environ is None else environ
-        found = {n: self.env[n] for n in self.agent.required_env() if self.env.get(n)}
+        # A provider's region, project or API version is no secret unless the agent says so.
+        declared = {*self.agent.config.env.required, *self.agent.config.env.optional}
+        settings = PROVIDER_SETTINGS - declared
+        found = {
+            n: self.env[n]
+            for n in self.agent.required_env()
+            if self.env.get(n) and n not in settings
+        }
         defaults = self.agent.config.env.optional
         for name, value in self.env.items():
-            if name in found or not value or value == defaults.get(name):
+            if name in found or name in settings or not value or value == defaults.get(name):
                 continue
             if not _PLAIN.fullmatch(value.strip()):
                 found[name] = value
