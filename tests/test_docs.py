@@ -220,3 +220,26 @@ async def test_shell_block_runs(
         calls = await wait_for_approval(client, run_id, timeout=60)
         assert [c.call_id for c in calls] == ["call_refund"]
         await client.get_workflow_handle(run_id).terminate("docs test done")
+
+
+def test_every_agent_yaml_block_in_the_docs_validates() -> None:
+    """A block showing agent.yaml keys (`model:` or `modelSettings:`) is one toren loads: found
+    in review, the reference's example set `thinkingBudgetTokens` on an `openai/` model."""
+    import yaml
+
+    from toren.agent._config import AgentConfig
+
+    checked = 0
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        for found in re.finditer(r"```ya?ml[^\n]*\n(.*?)```", text, re.DOTALL):
+            data = yaml.safe_load(found.group(1))
+            if not isinstance(data, dict) or not {"model", "modelSettings"} & set(data):
+                continue
+            line = text[: found.start()].count("\n") + 1
+            try:
+                AgentConfig.model_validate({"name": "x", "model": "openai/gpt-4o", **data})
+            except ValueError as err:
+                raise AssertionError(f"{page.relative_to(ROOT)}:{line}: {err}") from None
+            checked += 1
+    assert checked >= 3, checked
