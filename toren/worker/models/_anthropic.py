@@ -50,6 +50,10 @@ MAX_PAUSES = 5
 """Continuations of one reply Anthropic paused mid-turn (`pause_turn`) before it is kept as is."""
 THINKING = frozenset({"thinking", "redacted_thinking"})
 """Blocks of extended thinking: not part of toren's transcript, but sent back as they came."""
+_SENT = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences"}
+"""toren's settings the Messages API takes (→ its names); `thinking_budget_tokens` becomes
+`thinking`. Others (`seed`, OpenAI's `api` and `reasoning_effort`, which a `--model` switch from
+another provider brings) are never sent: the API refuses unknown fields."""
 
 
 class AnthropicModel:
@@ -150,14 +154,11 @@ class AnthropicModel:
         if request.system:
             body["system"] = request.system
         for name, value in request.settings.items():
-            if name == "prompt_caching":
-                continue
-            if name == "thinking_budget_tokens":
-                body["thinking"] = {"type": "enabled", "budget_tokens": value}
-                continue
-            # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
-            # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
-            body["stop_sequences" if name == "stop" else name] = value
+            if name in _SENT and value is not None:
+                body[_SENT[name]] = value
+        budget = request.settings.get("thinking_budget_tokens")
+        if budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if request.tools:
             body["tools"] = [_tool(tool) for tool in request.tools]
         if request.settings.get("prompt_caching") is False:
