@@ -26,6 +26,7 @@ from toren.worker.models._anthropic import AnthropicModel
 from toren.worker.models._bedrock import BedrockModel
 from toren.worker.models._gemini import GeminiModel
 from toren.worker.models._openai import OpenAIModel
+from toren.worker.models._output import ask_for_output
 
 EVERY = {
     "temperature": 0.5,
@@ -135,3 +136,22 @@ async def test_bedrock_sends_only_its_settings() -> None:
     assert body["inferenceConfig"] == {
         "maxTokens": 4096, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]
     }  # fmt: skip
+
+
+async def test_native_output_on_bedrock_asks_through_the_final_output_tool() -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    asked, answer = ask_for_output(ask(), schema, "Answer", "native", "bedrock")
+    with FakeBedrock() as fake:
+        fake.replies.append(
+            converse_json(
+                {"toolUse": {"toolUseId": "t1", "name": "final_output",
+                             "input": {"answer": "42"}}},
+                stop="tool_use",
+            )
+        )  # fmt: skip
+        provider = BedrockModel("us-east-1", endpoint_url=fake.url, credentials=FAKE_KEYS)
+        reply = answer(await provider.complete(asked))
+    tools = fake.requests[0]["body"]["toolConfig"]["tools"]
+    assert [t["toolSpec"]["name"] for t in tools] == ["final_output"]
+    assert tools[0]["toolSpec"]["inputSchema"] == {"json": schema}
+    assert json.loads(reply.content) == {"answer": "42"} and reply.tool_calls == []
