@@ -155,3 +155,52 @@ async def test_native_output_on_bedrock_asks_through_the_final_output_tool() -> 
     assert [t["toolSpec"]["name"] for t in tools] == ["final_output"]
     assert tools[0]["toolSpec"]["inputSchema"] == {"json": schema}
     assert json.loads(reply.content) == {"answer": "42"} and reply.tool_calls == []
+
+
+SYSTEM_IN_TRANSCRIPT = [
+    {"role": "system", "content": "Answer in French."},
+    {"role": "user", "content": "hi"},
+    {"role": "system", "content": "Be terse."},
+]
+
+
+def with_system_messages() -> ModelRequest:
+    return ModelRequest(model="m", system="Be kind.", messages=list(SYSTEM_IN_TRANSCRIPT))
+
+
+async def test_system_messages_join_anthropics_system_prompt() -> None:
+    seen: list[dict[str, Any]] = []
+    message = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }  # fmt: skip
+    provider = AnthropicModel("sk-ant-x", http_client=sdk_client(recording(message, seen)))
+    request = with_system_messages()
+    request.settings = {"prompt_caching": False}  # no cache breakpoints in the blocks
+    await provider.complete(request)
+    assert seen[0]["system"] == "Be kind.\n\nAnswer in French.\n\nBe terse."
+    assert seen[0]["messages"] == [{"role": "user", "content": "hi"}]
+
+
+async def test_system_messages_join_geminis_system_instruction() -> None:
+    seen: list[dict[str, Any]] = []
+    reply = {"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]},
+                             "finishReason": "STOP"}]}  # fmt: skip
+    await GeminiModel("AIza-x", transport=recording(reply, seen)).complete(with_system_messages())
+    instruction = seen[0]["systemInstruction"]
+    assert [p["text"] for p in instruction["parts"]] == [
+        "Be kind.\n\nAnswer in French.\n\nBe terse."
+    ]
+    assert seen[0]["contents"] == [{"role": "user", "parts": [{"text": "hi"}]}]
+
+
+async def test_system_messages_join_bedrocks_system_blocks() -> None:
+    with FakeBedrock() as fake:
+        fake.replies.append(converse_json({"text": "ok"}))
+        provider = BedrockModel("us-east-1", endpoint_url=fake.url, credentials=FAKE_KEYS)
+        reply = await provider.complete(with_system_messages())
+    assert reply.content == "ok"
+    body = fake.requests[0]["body"]
+    assert body["system"] == [{"text": "Be kind.\n\nAnswer in French.\n\nBe terse."}]
+    assert body["messages"] == [{"role": "user", "content": [{"text": "hi"}]}]

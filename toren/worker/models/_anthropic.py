@@ -32,7 +32,14 @@ import httpx2
 from toren.agent._types import CUT_AT_MAX_TOKENS
 from toren.worker.models._anthropic_cache import mark_breakpoints
 from toren.worker.models._anthropic_call import client, sent
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
+from toren.worker.models._base import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    arguments_object,
+    system_folded,
+    usage,
+)
 from toren.worker.models._hosted import hosted_declaration
 from toren.worker.models._tls import httpx2_tls
 
@@ -144,15 +151,17 @@ class AnthropicModel:
         """The Messages API JSON body for `request`.
 
         Raises:
-            ValueError: A message has a role other than user, assistant or tool.
+            ValueError: A message has a role other than user, assistant, tool or system (a
+                system message joins the system prompt).
         """
+        system, messages = system_folded(request)
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
-            "messages": _messages(request.messages),
+            "messages": _messages(messages),
         }
-        if request.system:
-            body["system"] = request.system
+        if system:
+            body["system"] = system
         for name, value in request.settings.items():
             if name in _SENT and value is not None:
                 body[_SENT[name]] = value

@@ -25,7 +25,14 @@ import hashlib
 import json
 from typing import Any
 
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
+from toren.worker.models._base import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    arguments_object,
+    system_folded,
+    usage,
+)
 
 __all__ = ["GENERATED_ID", "MALFORMED", "ReplyParts", "request_arguments"]
 
@@ -58,8 +65,9 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
         # Else the SDK resends the request when a stream drops or pauses: Temporal owns retries.
         "automatic_continuation": False,
     }
-    if request.system:
-        config["system_instruction"] = request.system
+    system, messages = system_folded(request)
+    if system:
+        config["system_instruction"] = system
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
         if settings.get(ours) is not None:
             config[theirs] = settings[ours]
@@ -85,7 +93,7 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
     if request.output_schema is not None:
         config["response_mime_type"] = "application/json"
         config["response_json_schema"] = request.output_schema
-    return _contents(request.messages), config
+    return _contents(messages), config
 
 
 def _contents(messages: list[Message]) -> list[dict[str, Any]]:
