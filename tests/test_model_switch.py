@@ -21,6 +21,7 @@ import yaml
 from temporalio.client import Client
 
 from tests._neutral import model_results, neutral_problems
+from tests._sdk_http import sdk_client
 from tests.conftest import task_failures, wait_for
 from tests.test_versioning import build_id_of, make_current
 from toren import client as toren_client
@@ -126,7 +127,9 @@ async def test_a_thread_switches_provider_between_messages_and_history_stays_neu
     v3 = write_agent(tmp_path, agent_name, "v3", "anthropic/claude-x")
     sent_anthropic: list[dict[str, Any]] = []
     sent_openai: list[dict[str, Any]] = []
-    anthropic = AnthropicModel(ANTHROPIC_KEY, transport=faked(ANTHROPIC_REPLIES, sent_anthropic))
+    anthropic = AnthropicModel(
+        ANTHROPIC_KEY, http_client=sdk_client(faked(ANTHROPIC_REPLIES, sent_anthropic))
+    )
     openai = OpenAIModel(OPENAI_KEY, transport=faked(OPENAI_REPLIES, sent_openai))
 
     def worker(folder: Path, version: str, models: dict[str, Any]) -> Any:

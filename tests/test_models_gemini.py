@@ -373,3 +373,22 @@ async def test_a_reply_that_is_not_json_is_retryable(streamed: bool) -> None:
     )
     error = await _failure(page, streamed=streamed)
     assert error.retryable and error.status is None and "not JSON" in str(error)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_malformed_function_call_is_a_retryable_error_never_an_answer(
+    streamed: bool,
+) -> None:
+    said = "Malformed function call: print(default_api.get_weather(city=Paris)"
+    malformed = {
+        "candidates": [{"finishReason": "MALFORMED_FUNCTION_CALL", "finishMessage": said}],
+        "usageMetadata": {"promptTokenCount": 30, "candidatesTokenCount": 0},
+    }
+    answer = sse(malformed) if streamed else httpx.Response(200, json=malformed)
+    request = ModelRequest(model=MODEL, system="", messages=HI, tools=[WEATHER])
+    if streamed:
+        request.on_delta = lambda delta: None
+    with pytest.raises(ModelHTTPError) as err:
+        await model([answer], []).complete(request)
+    assert err.value.retryable and err.value.status is None
+    assert "MALFORMED_FUNCTION_CALL" in str(err.value)

@@ -516,9 +516,10 @@ async def test_anthropic_base_url_override() -> None:
 
 
 async def test_anthropic_rejects_unknown_roles() -> None:
+    # A `system` message joins the system prompt (tests/test_provider_portability.py).
     recorder = answering(200, ANTHROPIC_TEXT)
-    request = ModelRequest(model="m", system="", messages=[{"role": "system", "content": "x"}])
-    with pytest.raises(ValueError, match="role 'system'"):
+    request = ModelRequest(model="m", system="", messages=[{"role": "narrator", "content": "x"}])
+    with pytest.raises(ValueError, match="role 'narrator'"):
         await anthropic(recorder).complete(request)
     assert recorder.requests == []
 

@@ -23,7 +23,7 @@ from toren.client._events import render
 from toren.errors import ConfigError, ModelHTTPError
 from toren.worker import serve
 from toren.worker.models import ModelRequest
-from toren.worker.models._openai import OpenAIModel
+from toren.worker.models._openai import AzureOpenAIModel, OpenAIModel
 
 KEY = "sk-resp-4b1c9e0d7a2f"
 RESPONSES = {"api": "responses"}
@@ -79,7 +79,7 @@ def called(arguments: str, call_id: str = "call_7") -> dict[str, Any]:
 
 def ask(messages: list[dict[str, Any]] | None = None, **extra: Any) -> ModelRequest:
     return ModelRequest(
-        model="gpt-5-mini",
+        model=extra.pop("model", "gpt-5-mini"),
         system="Be brief.",
         messages=messages or [{"role": "user", "content": "hi"}],
         settings=dict(RESPONSES),
@@ -211,13 +211,40 @@ async def test_responses_typed_output_and_reasoning_effort() -> None:
     assert body["reasoning"] == {"effort": "low"}
     assert body["include"] == ["reasoning.encrypted_content"]
     # The encrypted reasoning goes back before the turn's call, verbatim (store: false).
-    assert reply.provider_content == {"openai": [reasoning]}
+    kept = {"origin": "openai", "model": "gpt-5-mini", "items": [reasoning]}
+    assert reply.provider_content == {"openai": kept}
     transcript = [{"role": "user", "content": "hi"}, reply.message()]
     await openai(recorder).complete(ask(transcript))
     assert recorder.body["input"][1:] == [
         reasoning,
         {"type": "function_call", "call_id": "call_7", "name": "lookup", "arguments": "{}"},
     ]
+
+
+async def test_encrypted_reasoning_goes_back_only_to_its_origin_and_model() -> None:
+    # Encrypted for OpenAI's o4-mini: Azure, a compatible server or another model refuse it.
+    reasoning = {"type": "reasoning", "id": "rs_01", "summary": [], "encrypted_content": "gAAA"}
+    recorder = answering(200, response([reasoning, called("{}")]))
+    request = ask(tools=TOOLS, model="o4-mini")
+    request.settings["reasoning_effort"] = "low"
+    reply = await openai(recorder).complete(request)
+    transcript = [{"role": "user", "content": "hi"}, reply.message()]
+    elsewhere = [
+        ("o4-mini", AzureOpenAIModel("https://contoso.openai.azure.com", api_key="azk-1",
+                                     transport=httpx.MockTransport(recorder))),
+        ("o4-mini", OpenAIModel(KEY, base_url="http://127.0.0.1:9/v1",
+                                transport=httpx.MockTransport(recorder))),
+        ("gpt-5-mini", openai(recorder)),
+        ("o4-mini", openai(recorder)),
+    ]  # fmt: skip
+    sent = []
+    for model, provider in elsewhere:
+        request = ask(transcript, model=model)
+        request.settings["reasoning_effort"] = "low"
+        await provider.complete(request)
+        sent.append(recorder.body["input"][1:])
+    call = {"type": "function_call", "call_id": "call_7", "name": "lookup", "arguments": "{}"}
+    assert sent == [[call], [call], [call], [reasoning, call]]
 
 
 async def test_chat_completions_takes_reasoning_effort_with_max_completion_tokens() -> None:

@@ -32,7 +32,14 @@ import httpx2
 from toren.agent._types import CUT_AT_MAX_TOKENS
 from toren.worker.models._anthropic_cache import mark_breakpoints
 from toren.worker.models._anthropic_call import client, sent
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
+from toren.worker.models._base import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    arguments_object,
+    system_folded,
+    usage,
+)
 from toren.worker.models._hosted import hosted_declaration
 from toren.worker.models._tls import httpx2_tls
 
@@ -50,6 +57,10 @@ MAX_PAUSES = 5
 """Continuations of one reply Anthropic paused mid-turn (`pause_turn`) before it is kept as is."""
 THINKING = frozenset({"thinking", "redacted_thinking"})
 """Blocks of extended thinking: not part of toren's transcript, but sent back as they came."""
+_SENT = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences"}
+"""toren's settings the Messages API takes (→ its names); `thinking_budget_tokens` becomes
+`thinking`. Others (`seed`, OpenAI's `api` and `reasoning_effort`, which a `--model` switch from
+another provider brings) are never sent: the API refuses unknown fields."""
 
 
 class AnthropicModel:
@@ -140,24 +151,23 @@ class AnthropicModel:
         """The Messages API JSON body for `request`.
 
         Raises:
-            ValueError: A message has a role other than user, assistant or tool.
+            ValueError: A message has a role other than user, assistant, tool or system (a
+                system message joins the system prompt).
         """
+        system, messages = system_folded(request)
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
-            "messages": _messages(request.messages),
+            "messages": _messages(messages),
         }
-        if request.system:
-            body["system"] = request.system
+        if system:
+            body["system"] = system
         for name, value in request.settings.items():
-            if name == "prompt_caching":
-                continue
-            if name == "thinking_budget_tokens":
-                body["thinking"] = {"type": "enabled", "budget_tokens": value}
-                continue
-            # Only `stop` is named otherwise; a `seed` reaches the API, which refuses it by name
-            # (agent.yaml refuses it for anthropic/ models; `--model` can still bring one).
-            body["stop_sequences" if name == "stop" else name] = value
+            if name in _SENT and value is not None:
+                body[_SENT[name]] = value
+        budget = request.settings.get("thinking_budget_tokens")
+        if budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if request.tools:
             body["tools"] = [_tool(tool) for tool in request.tools]
         if request.settings.get("prompt_caching") is False:

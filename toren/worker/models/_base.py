@@ -6,7 +6,12 @@ Transcript messages are provider-neutral dicts:
 {"role": "user", "content": "..."}
 {"role": "assistant", "content": "...", "tool_calls": [{"id", "name", "arguments"}]}
 {"role": "tool", "tool_call_id": "...", "name": "...", "content": "...", "is_error": false}
+{"role": "system", "content": "..."}
 ```
+
+A `system` message (run input `messages` may hold one) goes to OpenAI's APIs as it is; the
+providers without such a role (Anthropic, Gemini, Bedrock) fold it into the system prompt
+(`system_folded`).
 
 An assistant message may also hold `provider_calls` (`[{"id", "name", "arguments", "provider",
 "result", "is_error"}]`: calls of tools the provider ran itself, readable by anyone) and
@@ -34,6 +39,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "arguments_object",
+    "system_folded",
     "usage",
 ]
 
@@ -155,3 +161,16 @@ def arguments_object(arguments: Any) -> dict[str, Any] | None:
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def system_folded(request: ModelRequest) -> tuple[str, list[Message]]:
+    """The system prompt and transcript of `request`, its `system` messages moved into the prompt.
+
+    For APIs with no system role in their messages (Anthropic, Gemini, Bedrock): each system
+    message's text is appended to `request.system`, in transcript order, a blank line between.
+    """
+    said = [str(m.get("content") or "") for m in request.messages if m.get("role") == "system"]
+    if not said:
+        return request.system, request.messages
+    system = "\n\n".join(part for part in (request.system, *said) if part.strip())
+    return system, [m for m in request.messages if m.get("role") != "system"]

@@ -27,7 +27,14 @@ from typing import Any
 
 from toren.agent._output_config import FINAL_OUTPUT_TOOL
 from toren.agent._types import CUT_AT_MAX_TOKENS
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
+from toren.worker.models._base import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    arguments_object,
+    system_folded,
+    usage,
+)
 
 __all__ = ["FINISH_REASONS", "converse_params", "parse_reply", "tool_choice_models"]
 
@@ -62,16 +69,17 @@ def converse_params(request: ModelRequest) -> dict[str, Any]:
     """The keyword arguments of `converse` (and `converse_stream`) for `request`.
 
     Raises:
-        ValueError: A message has a role other than user, assistant or tool, or a user content
-            block Converse cannot carry.
+        ValueError: A message has a role other than user, assistant, tool or system (a system
+            message joins the `system` blocks), or a user content block Converse cannot carry.
     """
+    system, messages = system_folded(request)
     params: dict[str, Any] = {
         "modelId": request.model,
-        "messages": _messages(request.messages),
+        "messages": _messages(messages),
     }
     caching = request.settings.get("prompt_caching") is True
-    if request.system:
-        params["system"] = [{"text": request.system}]
+    if system:
+        params["system"] = [{"text": system}]
         if caching:
             params["system"].append({"cachePoint": {"type": "default"}})
     inference: dict[str, Any] = {"maxTokens": request.max_tokens}

@@ -34,7 +34,7 @@ from toren.errors import ConfigError, PromptTooLongError
 from toren.worker._http import DETAIL_CHARS, retry_after, retryable_status
 from toren.worker._redact import redactor
 from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
-from toren.worker.models._gemini_wire import ReplyParts, request_arguments
+from toren.worker.models._gemini_wire import MALFORMED, ReplyParts, request_arguments
 from toren.worker.models._tls import httpx_tls
 from toren.worker.models._window import refusal_for
 
@@ -116,7 +116,8 @@ class GeminiModel:
 
         Raises:
             ModelHTTPError: The API answered with an error, could not be reached, or sent a
-                reply toren cannot read; `retryable` says whether to try again.
+                reply toren cannot read (or one that ended `MALFORMED_FUNCTION_CALL`, which is
+                retryable); `retryable` says whether to try again.
             PromptTooLongError: The prompt is over the model's window.
             ValueError: The request holds a tool a provider runs.
         """
@@ -157,6 +158,13 @@ class GeminiModel:
         return self._read(parts)
 
     def _read(self, parts: ReplyParts) -> ModelReply:
+        if parts.malformed is not None:
+            # Never an (empty) answer: retryable, as a new sample usually calls it right.
+            said = f": {parts.malformed[:DETAIL_CHARS]}" if parts.malformed else ""
+            raise self._error(
+                f"{self.label} finished with {MALFORMED.upper()} (a tool call it could not "
+                f"parse; a new attempt samples again){said}"
+            )
         with self._parsing():
             return parts.reply()
 

@@ -25,15 +25,26 @@ import hashlib
 import json
 from typing import Any
 
-from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
+from toren.worker.models._base import (
+    Message,
+    ModelReply,
+    ModelRequest,
+    arguments_object,
+    system_folded,
+    usage,
+)
 
-__all__ = ["GENERATED_ID", "ReplyParts", "request_arguments"]
+__all__ = ["GENERATED_ID", "MALFORMED", "ReplyParts", "request_arguments"]
 
 GENERATED_ID = "toren-gc-"
 """The start of a call id toren made up (the model sent none); never sent back to Gemini."""
 
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}
 """Gemini's finish reasons that have an OpenAI name; the others are kept, lowercased."""
+
+MALFORMED = "malformed_function_call"
+"""The finish reason of a reply whose tool call Gemini could not parse: no answer at all (the
+same request, sampled again, usually succeeds), so the provider raises a retryable error."""
 
 
 def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -54,8 +65,9 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
         # Else the SDK resends the request when a stream drops or pauses: Temporal owns retries.
         "automatic_continuation": False,
     }
-    if request.system:
-        config["system_instruction"] = request.system
+    system, messages = system_folded(request)
+    if system:
+        config["system_instruction"] = system
     for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
         if settings.get(ours) is not None:
             config[theirs] = settings[ours]
@@ -81,7 +93,7 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
     if request.output_schema is not None:
         config["response_mime_type"] = "application/json"
         config["response_json_schema"] = request.output_schema
-    return _contents(request.messages), config
+    return _contents(messages), config
 
 
 def _contents(messages: list[Message]) -> list[dict[str, Any]]:
@@ -153,6 +165,7 @@ class ReplyParts:
         self._parts: list[dict[str, Any]] = []
         self._signed = False
         self._finish = ""
+        self._finish_message = ""
         self._usage: Any = None
         self._version = ""
 
@@ -180,6 +193,7 @@ class ReplyParts:
                 _FINISH.get(_name(candidate.finish_reason), "")
                 or _name(candidate.finish_reason).lower()
             )
+            self._finish_message = candidate.finish_message or self._finish_message
         parts = (candidate.content.parts if candidate.content else None) or []
         for part in parts:
             self._parts.append(part.model_dump(mode="json", exclude_none=True))
@@ -210,6 +224,14 @@ class ReplyParts:
     def finished(self) -> bool:
         """Whether a finish reason came (a stream without one was cut off)."""
         return bool(self._finish)
+
+    @property
+    def malformed(self) -> str | None:
+        """What Gemini said of a call it could not parse (`MALFORMED`), or `None`.
+
+        Empty when it said nothing: the SDK drops `finishMessage` from the Gemini API's replies.
+        """
+        return self._finish_message if self._finish == MALFORMED else None
 
     def reply(self) -> ModelReply:
         """The whole reply, in toren's neutral terms."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AsyncExitStack, aclosing
+from functools import partial
 from typing import Any, cast
 
 import httpx
@@ -71,6 +72,8 @@ class OpenAIModel:
         self.http_client = http_client
         self.official = self.base_url == DEFAULT_BASE_URL
         """Whether requests go to OpenAI's own API (prompt caching is on there by default)."""
+        self.origin = "openai" if self.official else "openai-compatible"
+        """Who encrypts the Responses API's reasoning items (they go back only there)."""
         # Errors name the server when it is not the vendor's, so a misconfigured URL shows.
         self.label = (
             self.vendor if self.official else f"{self.vendor}-compatible server {self.base_url}"
@@ -106,8 +109,11 @@ class OpenAIModel:
             ValueError: The transcript holds something the API cannot carry.
         """
         responses = request.settings.get("api") == "responses"
-        body = (responses_body if responses else chat_body)(request, self.official)
-        parse = parse_response if responses else parse_chat
+        if responses:
+            body = responses_body(request, self.official, self.origin)
+            parse: Callable[[Any, str], ModelReply] = partial(parse_response, origin=self.origin)
+        else:
+            body, parse = chat_body(request, self.official), parse_chat
         async with AsyncExitStack() as stack:
             http_client = self.http_client
             if http_client is None:
@@ -218,6 +224,7 @@ class AzureOpenAIModel(OpenAIModel):
         self.key_is_token = not api_key
         self.api_version = api_version or DEFAULT_AZURE_API_VERSION
         self.official = False  # no `prompt_cache_key` unless `promptCaching: true`
+        self.origin = "azure"
         self.label = f"{self.vendor} {self.base_url}"
 
     def sdk_client(self, http_client: httpx.AsyncClient) -> openai.AsyncOpenAI:

@@ -31,9 +31,10 @@ from toren.worker.models._sse import SNIPPET_CHARS, ServerSentEvent, StreamError
 
 __all__ = ["ChatStream", "chat_body", "parse_chat"]
 
-_NOT_SENT = ("prompt_caching", "thinking_budget_tokens", "api")
-"""toren's settings that are not Chat Completions fields (agent.yaml refuses the second here).
-The others carry the Chat Completions names: temperature, top_p, seed, stop, reasoning_effort."""
+_SENT = ("temperature", "top_p", "seed", "stop", "reasoning_effort")
+"""toren's settings Chat Completions takes, under the same names. Others (`api`,
+`prompt_caching`, and `thinking_budget_tokens`, which agent.yaml refuses here but a `--model`
+switch from another provider brings) are never sent."""
 
 
 def chat_body(request: ModelRequest, official: bool) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def chat_body(request: ModelRequest, official: bool) -> dict[str, Any]:
         "max_completion_tokens" if "reasoning_effort" in request.settings else "max_tokens": (
             request.max_tokens
         ),
-        **{k: v for k, v in request.settings.items() if k not in _NOT_SENT},
+        **{k: v for k, v in request.settings.items() if k in _SENT and v is not None},
     }
     if request.tools:
         body["tools"] = [

@@ -7,9 +7,13 @@ call. A tool call is a `function_call` item, its result a `function_call_output`
 A reasoning model's reasoning items go back in the next request of a tool loop (the model keeps
 its train of thought). With `store: false` the server keeps nothing, so they can go back only
 encrypted: a request with `reasoning_effort` set asks for `reasoning.encrypted_content`, and the
-reply keeps each reasoning item that has it in `provider_content["openai"]` (a list of items,
-sent back verbatim before that turn's calls). Reasoning items without it are dropped: the next
-call works without them.
+reply keeps each reasoning item that has it in `provider_content["openai"]`, with where it came
+from: `{"origin": "openai", "model": "o4-mini", "items": [...]}` (`origin`: `openai` for OpenAI's
+API, `azure` for Azure OpenAI, `openai-compatible` for another server). They go back verbatim
+before that turn's calls only to the same origin and model: the content is encrypted for them,
+and another endpoint or model refuses the whole request (a thread moved to `azure/`, or to
+another model, continues without them). Reasoning items without it are dropped: the next call
+works without them.
 
 Streamed, the reply is typed events (`response.output_text.delta`,
 `response.output_item.added`, `response.function_call_arguments.delta`, ...) ending in
@@ -39,8 +43,11 @@ _SENT = {"temperature": "temperature", "top_p": "top_p"}
 `stop` with `api: responses`: the API has neither)."""
 
 
-def responses_body(request: ModelRequest, official: bool) -> dict[str, Any]:
+def responses_body(request: ModelRequest, official: bool, origin: str) -> dict[str, Any]:
     """The Responses API body for `request`; `official`: it goes to OpenAI's own API.
+
+    `origin` (`openai`, `azure`, `openai-compatible`) and `request.model` pick the reasoning
+    items that go back: only those kept from a reply of the same origin and model.
 
     Raises:
         ValueError: A tool is one the provider runs (toren sends function tools only).
@@ -50,7 +57,7 @@ def responses_body(request: ModelRequest, official: bool) -> dict[str, Any]:
         raise ValueError(f"tools {hosted} are run by a provider; toren sends OpenAI none")
     body: dict[str, Any] = {
         "model": request.model,
-        "input": [item for m in request.messages for item in _items(m)],
+        "input": [item for m in request.messages for item in _items(m, origin, request.model)],
         "max_output_tokens": request.max_tokens,
         "store": False,
         **{_SENT[k]: v for k, v in request.settings.items() if k in _SENT},
@@ -88,8 +95,10 @@ def responses_body(request: ModelRequest, official: bool) -> dict[str, Any]:
     return body
 
 
-def parse_response(data: Any, model: str) -> ModelReply:
+def parse_response(data: Any, model: str, origin: str) -> ModelReply:
     """Turn a Responses API `response` object into a `ModelReply`.
+
+    `model` is the model asked for; with `origin` it is kept beside the reasoning items.
 
     Raises:
         ValueError: It is not a response, or it failed (also KeyError, TypeError and friends).
@@ -128,7 +137,9 @@ def parse_response(data: Any, model: str) -> ModelReply:
         ),
         model=str(data.get("model") or model),
         finish_reason=_finish(data, calls),
-        provider_content={"openai": kept} if kept else None,
+        provider_content=(
+            {"openai": {"origin": origin, "model": model, "items": kept}} if kept else None
+        ),
     )
 
 
@@ -183,14 +194,14 @@ def _finish(data: dict[str, Any], calls: list[dict[str, Any]]) -> str:
     return "tool_calls" if calls else "stop"
 
 
-def _items(message: Message) -> list[dict[str, Any]]:
+def _items(message: Message, origin: str, model: str) -> list[dict[str, Any]]:
     role = message.get("role")
     if role == "tool":
         return [{"type": "function_call_output", "call_id": message["tool_call_id"],
                  "output": _text(message.get("content", ""))}]  # fmt: skip
     if role != "assistant":
         return [{"role": role, "content": message.get("content", "")}]
-    items: list[dict[str, Any]] = list((message.get("provider_content") or {}).get("openai") or [])
+    items = _reasoning((message.get("provider_content") or {}).get("openai"), origin, model)
     if message.get("content"):
         items.append({"role": "assistant", "content": message["content"]})
     for call in message.get("tool_calls") or []:
@@ -200,6 +211,13 @@ def _items(message: Message) -> list[dict[str, Any]]:
         items.append({"type": "function_call", "call_id": call["id"], "name": call["name"],
                       "arguments": _text(arguments)})  # fmt: skip
     return items
+
+
+def _reasoning(kept: Any, origin: str, model: str) -> list[dict[str, Any]]:
+    """The encrypted reasoning items `kept` from a reply, when it came from `origin`'s `model`."""
+    if not isinstance(kept, dict) or (kept.get("origin"), kept.get("model")) != (origin, model):
+        return []
+    return [dict(item) for item in kept.get("items") or []]
 
 
 def _cache_key(body: dict[str, Any]) -> str:

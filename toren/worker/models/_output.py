@@ -33,15 +33,16 @@ __all__ = ["ask_for_output", "mode_for"]
 
 _BY_PROVIDER = {"anthropic": "tool", "gemini": "tool", "vertex": "tool", "bedrock": "tool"}
 """`auto`'s choice where it is not `native`."""
-_NO_NATIVE = frozenset({"anthropic"})
-"""Providers whose API takes no output schema: `native` there is `tool`."""
+_NO_NATIVE = frozenset({"anthropic", "bedrock"})
+"""Providers whose API takes no output schema (Converse has none): `native` there is `tool`."""
 _WRAPPED = "value"
 
 
 def mode_for(mode: str, provider: str) -> str:
     """The mode `mode` (agent.yaml `output_mode`) means for `provider`.
 
-    `native` on Anthropic (agent.yaml refuses it, but `--model` can switch providers) is `tool`.
+    `native` on Anthropic or Bedrock (agent.yaml refuses it, but `--model` can switch providers)
+    is `tool`.
     """
     if mode == "auto":
         return _BY_PROVIDER.get(provider, "native")
