@@ -220,3 +220,16 @@ def test_a_providers_region_project_and_version_are_no_secrets(
     declared = make_agent(model=model, env={"required": sorted(plain)}, name=f"{folder.name}_d")
     again = next(iter(AgentRuntime.load([declared], environ=environ).agents.values()))
     assert plain <= set(again.secrets(environ))
+
+
+def test_an_aws_profile_the_worker_lacks_is_a_config_error(tmp_path: Path) -> None:
+    from toren.errors import ConfigError
+    from toren.worker.models._bedrock import bedrock_provider
+
+    (tmp_path / "config").write_text("[profile ops]\nregion = eu-west-1\n")
+    env = {"AWS_REGION": "us-east-1", "AWS_PROFILE": "opz"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        with pytest.raises(ConfigError, match=r"AWS_PROFILE='opz': no such profile"):
+            bedrock_provider(env, timeout=5)
+        assert bedrock_provider({**env, "AWS_PROFILE": "ops"}, timeout=5).region == "us-east-1"

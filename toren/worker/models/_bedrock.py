@@ -78,8 +78,8 @@ def bedrock_provider(env: Mapping[str, str], timeout: float) -> BedrockModel:
     """The provider for the worker's environment `env`, checked at worker start.
 
     Raises:
-        ConfigError: aioboto3 is not installed, no region can be found, or
-            `BEDROCK_ENDPOINT_URL` is not an http(s) URL.
+        ConfigError: aioboto3 is not installed, no region can be found,
+            `BEDROCK_ENDPOINT_URL` is not an http(s) URL, or `AWS_PROFILE` names no profile.
     """
     try:
         import aioboto3  # noqa: F401
@@ -102,13 +102,21 @@ def bedrock_provider(env: Mapping[str, str], timeout: float) -> BedrockModel:
         "aws_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY"),
         "aws_session_token": env.get("AWS_SESSION_TOKEN"),
     }
-    return BedrockModel(
-        region,
-        endpoint_url=endpoint,
-        credentials={k: v for k, v in keys.items() if v},
-        profile=env.get("AWS_PROFILE") or None,
-        timeout=timeout,
-    )
+    import botocore.exceptions
+
+    try:
+        return BedrockModel(
+            region,
+            endpoint_url=endpoint,
+            credentials={k: v for k, v in keys.items() if v},
+            profile=env.get("AWS_PROFILE") or None,
+            timeout=timeout,
+        )
+    except botocore.exceptions.ProfileNotFound:
+        raise ConfigError(
+            f"AWS_PROFILE={env.get('AWS_PROFILE')!r}: no such profile in the worker's AWS config "
+            "(~/.aws/config, or AWS_CONFIG_FILE): name one it has, or unset it"
+        ) from None
 
 
 def _profile_region(env: Mapping[str, str]) -> str | None:
