@@ -180,7 +180,7 @@ def test_provider_tools_refused_where_the_model_cannot_run_them(tmp_path: Path) 
     with pytest.raises(ConfigError) as err:
         AgentRuntime.load([folder], environ={"OPENAI_API_KEY": "k"})
     assert "tool 'web_search' (execution_provider='openai')" in str(err.value)
-    assert "provider 'openai' cannot run it: toren speaks OpenAI's Chat Completions API" in str(
+    assert "provider 'openai' cannot run it: toren sends OpenAI function tools only" in str(
         err.value
     )
     # A name Anthropic hosts no tool under.

@@ -30,6 +30,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.conftest import DevServer, result_of, wait_for
+from toren import client as toren_client
 from toren.errors import UsageError
 from toren.testing import free_port
 from toren.web import Token, create_app, parse_tokens, serve
@@ -119,7 +120,9 @@ async def test_an_approval_decided_over_http_completes_the_run(
         again = await http.post(
             f"/v1/runs/{run_id}/decisions", json={"call_id": "g1", "approve": False}
         )
-        assert again.status_code == 409 and "g1" in again.json()["error"]
+        # Decided already; or, when the run finished in between, closed: a conflict either way.
+        assert again.status_code == 409, again.text
+        assert "g1" in again.json()["error"] or "has closed" in again.json()["error"]
 
         async def finished() -> dict[str, Any] | None:
             r = await http.get(f"/v1/runs/{run_id}")
@@ -685,3 +688,21 @@ def _schemathesis(
                 case.call_and_validate(headers=auth, timeout=60)
 
             check()
+
+
+async def test_a_decision_racing_the_runs_end_is_a_conflict_not_an_unknown_run(
+    client: Client, make_agent: Callable[..., Path]
+) -> None:
+    """Seen in CI: the run answered right after an approval and completed between the route's
+    status check and the update; Temporal's NOT_FOUND for that became a 404."""
+    from toren.web._errors import WebError
+    from toren.web._routes import _closing_under
+
+    folder = make_agent(script=["done"])
+    async with serve_agents(client, [folder]):
+        handle = await toren_client.start_run(client, folder.name, "hi")
+        await handle.result()
+    with pytest.raises(WebError) as err:
+        async with _closing_under(handle.id, "no call waits any more"):
+            await toren_client.decide(client, handle.id, "g1", True, by="alice")
+    assert err.value.status == 409 and "has closed" in str(err.value)

@@ -6,8 +6,9 @@ answers any request the same.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -15,6 +16,7 @@ from pydantic_core import from_json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from toren import client as toren_client
 from toren.agent._question_types import PendingQuestion
@@ -212,9 +214,16 @@ class Handlers:
             raise WebError(409, f"{found.id!r} has closed: no call waits any more", field="id")
         client = await self._client()
         by = await decider(client, request.state.access, found.id, req)
-        decision = await toren_client.decide(
-            client, found.id, req.call_id, req.approve, by=by, comment=req.comment, args=req.args
-        )
+        async with _closing_under(found.id, "no call waits any more"):
+            decision = await toren_client.decide(
+                client,
+                found.id,
+                req.call_id,
+                req.approve,
+                by=by,
+                comment=req.comment,
+                args=req.args,
+            )
         return _out(m.DecisionOut(decision))
 
     async def inbox(self, request: Request) -> Response:
@@ -279,13 +288,14 @@ class Handlers:
         found = await self._target(request, thread_only=thread_only)
         if found.status not in (None, WorkflowExecutionStatus.RUNNING):
             raise WebError(409, f"{found.id!r} has closed: no question waits any more", field="id")
-        recorded = await toren_client.answer(
-            await self._client(),
-            found.id,
-            req.question_id,
-            req.text,
-            by=speaker(request.state.access, req.by),
-        )
+        async with _closing_under(found.id, "no question waits any more"):
+            recorded = await toren_client.answer(
+                await self._client(),
+                found.id,
+                req.question_id,
+                req.text,
+                by=speaker(request.state.access, req.by),
+            )
         return _out(m.AnswerOut(recorded))
 
     async def _questions(
@@ -300,3 +310,18 @@ class Handlers:
             raise
         except Exception:  # no worker polls, or one of a release that asks no questions
             return []
+
+
+@contextlib.asynccontextmanager
+async def _closing_under(run_id: str, what: str) -> AsyncIterator[None]:
+    """A run seen running that closes before its update lands: 409 as for a closed run.
+
+    Temporal answers an update to a run that has just completed with NOT_FOUND ("workflow
+    execution already completed"), which is no unknown run.
+    """
+    try:
+        yield
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND and "completed" in err.message:
+            raise WebError(409, f"{run_id!r} has closed: {what}", field="id") from None
+        raise
