@@ -1,11 +1,12 @@
 """The one HTTP layer: post JSON, classify what came back, never retry.
 
-The model providers and `web_search` call their services through `post_json` (or `post_stream`,
-for a reply that streams). It builds the
-httpx client (the caller's transport and timeout), sends one request and either returns the
-decoded JSON of a 2xx reply or raises `HTTPFailure` with the error text built and redacted here,
-once. Each caller maps the failure to its own outcome (a `ModelHTTPError`, a retryable
-`ApplicationError`, a tool error) and adds its own hint on how to fix it.
+`web_search` calls its service through `post_json`; the model providers, which call through
+their vendors' SDKs, classify failures with `retryable_status` and `retry_after` as it does.
+`post_json` builds the httpx client (the caller's transport and timeout), sends one request and
+either returns the decoded JSON of a 2xx reply or raises `HTTPFailure` with the error text
+built and redacted here, once. Each caller maps the failure to its own outcome (a
+`ModelHTTPError`, a retryable `ApplicationError`, a tool error) and adds its own hint on how to
+fix it.
 
 ```python
 try:
@@ -20,8 +21,8 @@ none either.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, NotRequired, TypedDict, Unpack
@@ -37,7 +38,6 @@ __all__ = [
     "PostOptions",
     "error_message",
     "post_json",
-    "post_stream",
     "retry_after",
     "retryable_status",
 ]
@@ -52,7 +52,7 @@ Reason = Literal["url", "unreachable", "status", "not_json"]
 
 
 class PostOptions(TypedDict):
-    """The keyword options `post_json` and `post_stream` both take."""
+    """The keyword options `post_json` takes."""
 
     secret: str
     """The API key; it is replaced by `[redacted]` in every error text (in each form
@@ -145,49 +145,6 @@ async def post_json(
             "not_json",
             secret=secret,
         ) from None
-
-
-@asynccontextmanager
-async def post_stream(
-    label: str,
-    url: str,
-    body: Mapping[str, Any],
-    headers: Mapping[str, str],
-    **options: Unpack[PostOptions],
-) -> AsyncIterator[httpx.Response]:
-    """POST `body` as JSON and read a 2xx reply as it arrives (a stream), without retrying.
-
-    ```python
-    async with post_stream("OpenAI", url, body, headers, secret=key, transport=None,
-                           timeout=120) as response:
-        async for line in response.aiter_lines():
-            ...
-    ```
-
-    The arguments are `post_json`'s, and so are the failures before the reply's body starts: a
-    bad URL, an unreachable server, an error status (its body read whole, `Retry-After` kept).
-    `timeout` bounds every read, so a stream that stalls ends in a timeout too.
-
-    Yields:
-        The 2xx response, its body not read yet: read it inside the block (`aiter_lines()`), so
-        that a read failing mid-way raises `HTTPFailure` too.
-
-    Raises:
-        HTTPFailure: as `post_json`; a connection lost or a read timed out mid-stream is
-            `unreachable` (retryable), and its message says it happened mid-stream.
-    """
-    secret = options["secret"]
-    started: list[bool] = []
-    with _failures(label, url, secret, started):
-        async with (
-            _client(options) as client,
-            client.stream("POST", url, json=body, headers=dict(headers)) as response,
-        ):
-            if not response.is_success:
-                await response.aread()
-                raise _status_failure(label, response, secret, options.get("detail"))
-            started.append(True)
-            yield response
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:

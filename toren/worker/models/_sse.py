@@ -1,4 +1,4 @@
-r"""Server-sent events as the streaming providers read them (WHATWG `text/event-stream` rules).
+r"""Server-sent events as the OpenAI provider reads them (WHATWG `text/event-stream` rules).
 
 ```python
 parser = SSEParser()
@@ -34,7 +34,7 @@ SNIPPET_CHARS = 120
 class StreamError(TorenError):
     """A stream a provider cannot read; the message says what was wrong (never reaches a user).
 
-    `HTTPModel` prefixes it with the provider's name and raises a retryable `ModelHTTPError`.
+    The OpenAI provider prefixes it with its name and raises a retryable `ModelHTTPError`.
     """
 
 

@@ -12,7 +12,7 @@ refusal_for("HTTP 400: prompt is too long: 208410 tokens > 200000 maximum")
 # -> Refusal(window=200000, prompt_tokens=208410); None for any other error
 ```
 
-`HTTPModel` turns a refusal into `PromptTooLongError` (not retryable: the same prompt is refused
+Each provider turns a refusal into `PromptTooLongError` (not retryable: the same prompt is refused
 again), with the window it stated; the run learns the window from it.
 """
 
