@@ -90,7 +90,7 @@ fi
 
 if [[ -n "$console" ]]; then
   echo "==> when the run waits, approve it in the console: http://localhost:$console_port/"
-  echo "    (the Inbox), or in the Web UI (see Approving from the Temporal UI in README.md),"
+  echo "    (the Inbox), or in the Web UI (see docs/guides/approvals.md),"
   echo "    or from another terminal in $PWD with:"
 else
   echo "==> run $run_id; when it waits, approve from another terminal in $PWD with:"

@@ -49,6 +49,10 @@ SKIPPED = {
         "needs a local model server; tests/test_llamacpp_recording.py replays a llama.cpp "
         "server's recorded exchanges through the same provider"
     ),
+    "temporal workflow query --workflow-id RUN_ID --type pending_approvals": (
+        "needs a run's id; tests/test_approval_policies.py approves with the temporal CLI's "
+        "signal and tests/test_questions.py answers with it, both on the dev server"
+    ),
     "./demo.sh": "installs into .venv and starts a dev server on 7233; the demo's own test is "
     "tests/test_example.py (the agent) and tests/test_dev_script.py (the server)",
     "TOREN_STORE=/mnt/shared/toren": (

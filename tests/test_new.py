@@ -23,14 +23,14 @@ def test_a_new_agent_passes_check_and_its_own_test(tmp_path: Path) -> None:
         "instructions.md",
         "mock_script.yaml",
         "tests/test_help_desk.py",
-        "tools/lookup_ticket.py",
+        "tools/ticket_status.py",
     ]
     assert "name: help_desk" in (folder / "agent.yaml").read_text()
     checked = subprocess.run(
         [*TOREN, "check", str(folder)], capture_output=True, text=True, timeout=120
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "tool lookup_ticket: effects=external idempotency=none approval=predicate" in (
+    assert "tool ticket_status: effects=external idempotency=none approval=predicate" in (
         checked.stdout
     )
     # The generated test as a user runs it: its own dev server, worker and approval.

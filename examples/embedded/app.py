@@ -39,7 +39,9 @@ async def main(order_id: str, model: str | None = None, client: Client | None = 
     `client` lets a caller (a test) pass its own; by default one is made from Temporal's env.
     """
     if client is None:
-        client = await Client.connect(**ClientConfig.load_client_connect_config())
+        config = ClientConfig.load_client_connect_config()
+        config.setdefault("target_host", "localhost:7233")  # no TEMPORAL_ADDRESS, no profile
+        client = await Client.connect(**config)
     runtime = AgentRuntime.load([AGENT], environ=os.environ, model_override=model)
     async with Worker(
         client,

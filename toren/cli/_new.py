@@ -2,7 +2,7 @@
 
 ```
 toren new agents/helpdesk            # agent `helpdesk`: agent.yaml, instructions.md,
-                                     # tools/lookup_ticket.py, mock_script.yaml, tests/
+                                     # tools/ticket_status.py, mock_script.yaml, tests/
 toren new ./my-bot --name bot        # the name when the folder's is not [a-z][a-z0-9_]*
 ```
 
@@ -42,13 +42,13 @@ limits:
 _INSTRUCTIONS = """\
 You help a support team with its tickets.
 
-Look a ticket up with `lookup_ticket` before you say anything about it. To change a ticket's
-status, call `lookup_ticket` with `new_status`: a person approves every change. Answer in one
+Look a ticket up with `ticket_status` before you say anything about it. To change a ticket's
+status, call `ticket_status` with `new_status`: a person approves every change. Answer in one
 or two sentences.
 """
 
 _TOOL = '''\
-"""Look a ticket up, or change its status (a person approves every change)."""
+"""A ticket's status: read it, or set it (a person approves every change)."""
 
 from typing import Literal
 
@@ -59,14 +59,14 @@ from toren import ToolContext, define_tool
 TICKETS = {"T-1": {"title": "Printer on fire", "status": "open"}}
 
 
-class LookupTicket(BaseModel):
+class TicketStatus(BaseModel):
     ticket_id: str = Field(description="The ticket id, like T-1")
     new_status: Literal["open", "closed"] | None = Field(
         None, description="Set the ticket to this status (needs a person's approval)"
     )
 
 
-def lookup_ticket(args: LookupTicket, ctx: ToolContext) -> dict[str, object]:
+def ticket_status(args: TicketStatus, ctx: ToolContext) -> dict[str, object]:
     ticket = TICKETS.get(args.ticket_id)
     if ticket is None:
         return {"error": f"no ticket {args.ticket_id}"}
@@ -76,14 +76,14 @@ def lookup_ticket(args: LookupTicket, ctx: ToolContext) -> dict[str, object]:
 
 
 tool = define_tool(
-    description="Look a support ticket up by id; with new_status, change its status.",
-    input=LookupTicket,
+    description="Read a support ticket's status by id; with new_status, set it.",
+    input=TicketStatus,
     effects="external",  # the world sees a status change
     idempotency="none",  # setting a status twice leaves it the same: a retry is harmless
     approval=lambda args: args.new_status is not None,  # only changes wait for a person
     timeout_ms=5_000,
     max_attempts=3,
-    handler=lookup_ticket,
+    handler=ticket_status,
 )
 '''
 
@@ -91,10 +91,10 @@ _MOCK_SCRIPT = """\
 # What the scripted model answers, one step per model call (`model: mock/scripted`).
 - text: Let me look ticket T-1 up.
   tool_calls:
-    - {id: call_lookup, name: lookup_ticket, args: {ticket_id: "T-1"}}
+    - {id: call_lookup, name: ticket_status, args: {ticket_id: "T-1"}}
 - text: It is open; closing it.
   tool_calls:
-    - {id: call_close, name: lookup_ticket, args: {ticket_id: "T-1", new_status: closed}}
+    - {id: call_close, name: ticket_status, args: {ticket_id: "T-1", new_status: closed}}
 - "Done: {last_tool_result}"
 """
 
@@ -131,7 +131,7 @@ async def _run(address: str) -> None:
             if calls:
                 break
             await asyncio.sleep(0.1)
-        assert [c.tool for c in calls] == ["lookup_ticket"], calls
+        assert [c.tool for c in calls] == ["ticket_status"], calls
         assert calls[0].args == {{"ticket_id": "T-1", "new_status": "closed"}}
         await toren_client.approve(client, handle.id, calls[0].call_id, by="test")
         result = await asyncio.wait_for(handle.result(), timeout=60)
@@ -158,7 +158,7 @@ def scaffold(folder: Path, name: str | None = None) -> list[Path]:
     files = {
         "agent.yaml": _AGENT_YAML.format(name=name, folder=shown),
         "instructions.md": _INSTRUCTIONS,
-        "tools/lookup_ticket.py": _TOOL,
+        "tools/ticket_status.py": _TOOL,
         "mock_script.yaml": _MOCK_SCRIPT,
         f"tests/test_{name}.py": _TEST.format(name=name, folder=shown),
     }
