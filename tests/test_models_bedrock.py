@@ -385,3 +385,20 @@ def test_agent_yaml_takes_bedrock_models_and_refuses_what_converse_cannot_do(
     problems = "\n".join(read_config(path).problems)
     assert "seed: Bedrock's Converse API takes no seed" in problems
     assert "which Bedrock's Converse API does not take" in problems
+
+
+async def test_the_session_token_stays_out_of_botocores_debug_logs(
+    fake: FakeBedrock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found in review: with logging at DEBUG, botocore logged `x-amz-security-token:<token>`
+    (the request it sends, the canonical request it signs)."""
+    token = "IQoJb3JpZ2luX2VjEFAKESESSIONTOKEN0123456789"
+    keys = {**FAKE_KEYS, "aws_session_token": token}
+    fake.replies.append(converse_json({"text": "Hello."}))
+    with caplog.at_level("DEBUG"):
+        model = BedrockModel("us-east-1", endpoint_url=fake.url, credentials=keys, timeout=10)
+        await model.complete(request())
+    assert fake.requests[0]["headers"]["X-Amz-Security-Token"] == token  # it was sent
+    logged = caplog.text
+    assert "x-amz-security-token:[redacted]" in logged.lower()  # the canonical request
+    assert token not in logged

@@ -30,6 +30,7 @@ from toren.errors import ConfigError, PromptTooLongError
 from toren.worker._http import retry_after, retryable_status
 from toren.worker._redact import redactor
 from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
+from toren.worker.models._bedrock_logs import hide_session_tokens
 from toren.worker.models._bedrock_stream import BedrockStream
 from toren.worker.models._bedrock_wire import converse_params, parse_reply
 from toren.worker.models._window import refusal_for
@@ -156,6 +157,7 @@ class BedrockModel:
         import aioboto3
         from aiobotocore.config import AioConfig
 
+        hide_session_tokens()  # botocore's DEBUG logs carry X-Amz-Security-Token
         self.region = region
         self.endpoint_url = endpoint_url
         self.timeout = timeout
