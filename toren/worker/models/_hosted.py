@@ -41,7 +41,7 @@ HOSTED_TOOLS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "gemini": {
         # Grounding with Google Search; `provider_options` go inside `google_search`
-        # (`time_range_filter`, `exclude_domains` where the API takes them).
+        # (`time_range_filter`; `exclude_domains` on Vertex AI only, the SDK says).
         "web_search": {"google_search": {}},
     },
 }
