@@ -8,6 +8,7 @@ the dev server records the search as a provider's call and replays.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from toren.worker._tool_list import list_tools
 from toren.worker.models._base import ModelRequest
 from toren.worker.models._gemini import GeminiModel
 from toren.worker.models._gemini_wire import request_arguments
+from toren.worker.models._output import ask_for_output
 
 SEARCH = """
 from toren import define_tool
@@ -194,3 +196,17 @@ async def test_a_run_on_the_dev_server_records_the_search_and_replays(
         data_converter=TorenPlugin().converter(),
     )
     await replayer.replay_workflow(history)
+
+
+def test_a_typed_output_beside_the_search_is_asked_for_in_the_prompt() -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}}
+    request = ModelRequest(model=MODEL, system="Be brief.", messages=HI, tools=[SEARCH_TOOL])
+    asked, _ = ask_for_output(request, schema, "output", "auto", "vertex")
+    assert asked.tools == [SEARCH_TOOL] and asked.output_schema is None
+    assert json.dumps(schema) in asked.system
+    contents, config = request_arguments(asked)  # sendable: no function beside the search
+    assert "response_json_schema" not in config
+    # Without the search, auto is still the `final_output` tool.
+    plain, _ = ask_for_output(dataclasses.replace(request, tools=[]), schema, "output", "auto",
+                              "gemini")  # fmt: skip
+    assert [tool["name"] for tool in plain.tools] == ["final_output"]
