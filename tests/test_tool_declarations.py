@@ -180,9 +180,8 @@ def test_provider_tools_refused_where_the_model_cannot_run_them(tmp_path: Path) 
     with pytest.raises(ConfigError) as err:
         AgentRuntime.load([folder], environ={"OPENAI_API_KEY": "k"})
     assert "tool 'web_search' (execution_provider='openai')" in str(err.value)
-    assert "provider 'openai' cannot run it: toren sends OpenAI function tools only" in str(
-        err.value
-    )
+    assert "provider 'openai' cannot run it on Chat Completions" in str(err.value)
+    assert "set `modelSettings: {api: responses}`" in str(err.value)
     # A name Anthropic hosts no tool under.
     folder = write(
         tmp_path / "an", "name: an\nmodel: anthropic/claude-x\n", {"search": SEARCH_TOOL}

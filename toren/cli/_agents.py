@@ -104,7 +104,12 @@ async def cmd_check(args: argparse.Namespace) -> int:
     for folder in args.agent_dir:
         try:
             agent = load_agent(folder)
-            hosted = hosted_tool_problems(agent.name, agent.config.model, agent.tools.values())
+            hosted = hosted_tool_problems(
+                agent.name,
+                agent.config.model,
+                agent.tools.values(),
+                agent.config.model_settings.api,
+            )
             if hosted:
                 raise ConfigError(hosted)
             targets = handoff_targets(agent)  # each must load: a worker serves them too

@@ -57,7 +57,9 @@ def list_tools(folder: str | Path) -> list[ToolInfo]:
             (the same agents a worker refuses, whatever the environment).
     """
     agent = load_agent(folder)
-    problems = hosted_tool_problems(agent.name, agent.config.model, agent.tools.values())
+    problems = hosted_tool_problems(
+        agent.name, agent.config.model, agent.tools.values(), agent.config.model_settings.api
+    )
     if problems:
         raise ConfigError(problems)
     return tool_infos(agent)

@@ -76,7 +76,9 @@ class AgentRuntime(ModelCalls, ToolActivities):
                 if model_override:
                     agent.config = agent.config.model_copy(update={"model": model})
                 # Reported with the agent's other problems (a missing key, say), all at once.
-                problems += hosted_tool_problems(agent.name, model, agent.tools.values())
+                problems += hosted_tool_problems(
+                    agent.name, model, agent.tools.values(), agent.config.model_settings.api
+                )
                 env = agent.resolve_env(environ)
                 for tool in agent.tools.values():
                     absent = missing_variables(tool, environ)

@@ -11,6 +11,13 @@ A model that thinks (2.5 and later) signs its parts (`thought_signature`), and w
 as they came within a tool loop: such a reply keeps its parts verbatim in
 `provider_content["gemini"]`, and they go back in its place.
 
+A hosted `web_search` (a provider tool of family `gemini`, `toren.worker.models._hosted`) goes
+out as the `google_search` tool (grounding with Google Search). The candidate's
+`grounding_metadata` becomes one `provider_calls` entry: the queries Gemini ran as its
+arguments, the pages it grounded on (`title — uri`) as its result. Nothing goes back: the
+answer holds what was found. Gemini refuses it beside function declarations on its 2.x models,
+so such a request is refused before it is sent (the agent loader refuses the agent first).
+
 ```python
 contents, config = request_arguments(request)
 parts = ReplyParts(request)
@@ -33,6 +40,7 @@ from toren.worker.models._base import (
     system_folded,
     usage,
 )
+from toren.worker.models._hosted import GEMINI_MIX, hosted_declaration
 
 __all__ = ["GENERATED_ID", "MALFORMED", "ReplyParts", "request_arguments"]
 
@@ -51,12 +59,16 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
     """`contents` and `config` for `generate_content`, from `request`.
 
     Raises:
-        ValueError: A tool is one a provider runs: toren sends no Gemini hosted tools (the agent
-            loader refuses such an agent first, `toren.worker.models._hosted`).
+        ValueError: A tool is a hosted one beside function tools, or one Gemini does not run
+            (the agent loader refuses such an agent first, `toren.worker.models._hosted`).
     """
-    hosted = [t["name"] for t in request.tools if t.get("provider")]
-    if hosted:
-        raise ValueError(f"tools {hosted} are run by a provider; toren sends Gemini none")
+    hosted = [t for t in request.tools if t.get("provider")]
+    functions = [t for t in request.tools if not t.get("provider")]
+    if hosted and functions:
+        raise ValueError(
+            f"{GEMINI_MIX}: hosted {[t['name'] for t in hosted]} beside function tools "
+            f"{[t['name'] for t in functions]}"
+        )
     settings = request.settings
     config: dict[str, Any] = {
         "max_output_tokens": request.max_tokens,
@@ -75,7 +87,14 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
         config["stop_sequences"] = list(settings["stop"])
     if settings.get("thinking_budget_tokens"):
         config["thinking_config"] = {"thinking_budget": settings["thinking_budget_tokens"]}
-    if request.tools:
+    if hosted:
+        config["tools"] = [
+            hosted_declaration(
+                str(t["provider"]), str(t["name"]), dict(t.get("provider_options") or {})
+            )
+            for t in hosted
+        ]
+    if functions:
         config["tools"] = [
             {
                 "function_declarations": [
@@ -86,7 +105,7 @@ def request_arguments(request: ModelRequest) -> tuple[list[dict[str, Any]], dict
                         "parameters_json_schema": tool.get("parameters")
                         or {"type": "object", "properties": {}},
                     }
-                    for tool in request.tools
+                    for tool in functions
                 ]
             }
         ]
@@ -168,6 +187,7 @@ class ReplyParts:
         self._finish_message = ""
         self._usage: Any = None
         self._version = ""
+        self._grounding: Any = None
 
     def feed(self, response: Any) -> list[dict[str, Any]]:
         """Take one response (or streamed chunk), a `GenerateContentResponse`; return its deltas.
@@ -188,6 +208,7 @@ class ReplyParts:
                 self._finish = f"prompt_blocked_{_name(blocked).lower()}"
             return deltas
         candidate = candidates[0]
+        self._grounding = candidate.grounding_metadata or self._grounding
         if candidate.finish_reason is not None:
             self._finish = (
                 _FINISH.get(_name(candidate.finish_reason), "")
@@ -244,8 +265,25 @@ class ReplyParts:
             usage=_usage(self._usage),
             model=self._version or self._model,
             finish_reason=finish,
+            provider_calls=self._searched(),
             provider_content={"gemini": {"parts": self._parts}} if self._signed else None,
         )
+
+    def _searched(self) -> list[dict[str, Any]]:
+        """The Google Search the reply was grounded on, as one provider call (or none)."""
+        found = self._grounding
+        queries = list((found.web_search_queries if found else None) or [])
+        if not queries:
+            return []
+        pages = [
+            f"{chunk.web.title or ''} — {chunk.web.uri or ''}".strip(" —")
+            for chunk in found.grounding_chunks or []
+            if chunk.web is not None
+        ]
+        arguments = json.dumps({"queries": queries})
+        digest = hashlib.sha256(f"{self._seed}:search:{arguments}".encode()).hexdigest()[:16]
+        return [{"id": f"toren-gs-{digest}", "name": "web_search", "arguments": arguments,
+                 "provider": "gemini", "result": "\n".join(pages), "is_error": False}]  # fmt: skip
 
 
 def _usage(reported: Any) -> dict[str, int]:

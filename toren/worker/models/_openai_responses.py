@@ -15,11 +15,20 @@ and another endpoint or model refuses the whole request (a thread moved to `azur
 another model, continues without them). Reasoning items without it are dropped: the next call
 works without them.
 
+A hosted `web_search` (a provider tool, `toren.worker.models._hosted`) goes out as the
+Responses API's `web_search` tool, its sources asked for (`web_search_call.action.sources`).
+Each `web_search_call` output item becomes a readable `provider_calls` entry (arguments: the
+action, e.g. `{"type": "search", "query": ...}`; result: its sources' URLs, or its status). The
+model's answer already holds what it found: the items go back only beside kept reasoning items
+(in their place, to the same origin and model), since a reasoning item wants the item that
+followed it.
+
 Streamed, the reply is typed events (`response.output_text.delta`,
 `response.output_item.added`, `response.function_call_arguments.delta`, ...) ending in
 `response.completed`, `response.incomplete` or `response.failed`, each of which carries the
 whole response: that is what is parsed, the deltas only go to `on_delta`. Other events (reasoning
-summaries, content parts) are ignored; an `error` event fails the call, retryably.
+summaries, content parts, `response.web_search_call.*` progress) are ignored; an `error` event
+fails the call, retryably.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import Any
 
 from toren.worker._http import error_message
 from toren.worker.models._base import Message, ModelReply, ModelRequest, arguments_object, usage
+from toren.worker.models._hosted import hosted_declaration
 from toren.worker.models._sse import SNIPPET_CHARS, ServerSentEvent, StreamError, json_data
 
 __all__ = ["ResponsesStream", "parse_response", "responses_body"]
@@ -50,11 +60,8 @@ def responses_body(request: ModelRequest, official: bool, origin: str) -> dict[s
     items that go back: only those kept from a reply of the same origin and model.
 
     Raises:
-        ValueError: A tool is one the provider runs (toren sends function tools only).
+        ValueError: A tool is one that another provider runs, or that OpenAI does not.
     """
-    hosted = [t["name"] for t in request.tools if t.get("provider")]
-    if hosted:
-        raise ValueError(f"tools {hosted} are run by a provider; toren sends OpenAI none")
     body: dict[str, Any] = {
         "model": request.model,
         "input": [item for m in request.messages for item in _items(m, origin, request.model)],
@@ -64,22 +71,17 @@ def responses_body(request: ModelRequest, official: bool, origin: str) -> dict[s
     }
     if request.system:
         body["instructions"] = request.system
+    include: list[str] = []
     effort = request.settings.get("reasoning_effort")
     if effort:
         body["reasoning"] = {"effort": effort}
-        body["include"] = ["reasoning.encrypted_content"]
+        include.append("reasoning.encrypted_content")
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "name": tool["name"],
-                "description": tool.get("description", ""),
-                "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-                # Not strict: strict mode refuses schemas with optional properties.
-                "strict": False,
-            }
-            for tool in request.tools
-        ]
+        body["tools"] = [_tool(tool) for tool in request.tools]
+        if any(tool.get("provider") for tool in request.tools):
+            include.append("web_search_call.action.sources")
+    if include:
+        body["include"] = include
     if request.output_schema is not None:
         body["text"] = {
             "format": {
@@ -111,6 +113,8 @@ def parse_response(data: Any, model: str, origin: str) -> ModelReply:
     text: list[str] = []
     calls: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []
+    hosted: list[dict[str, Any]] = []
+    searches: list[dict[str, Any]] = []
     for item in output:
         kind = item.get("type")
         if kind == "message":
@@ -126,6 +130,9 @@ def parse_response(data: Any, model: str, origin: str) -> ModelReply:
             )  # fmt: skip
         elif kind == "reasoning" and item.get("encrypted_content"):
             kept.append(item)
+        elif kind == "web_search_call":
+            hosted.append(_searched(item, len(hosted)))
+            searches.append(item)
     reported = data.get("usage") or {}
     return ModelReply(
         content="".join(text),
@@ -137,10 +144,51 @@ def parse_response(data: Any, model: str, origin: str) -> ModelReply:
         ),
         model=str(data.get("model") or model),
         finish_reason=_finish(data, calls),
+        provider_calls=hosted,
         provider_content=(
-            {"openai": {"origin": origin, "model": model, "items": kept}} if kept else None
-        ),
+            # The searches in their place among the reasoning items they may follow.
+            {
+                "openai": {
+                    "origin": origin,
+                    "model": model,
+                    "items": [i for i in output if i in kept or i in searches],
+                }
+            }
+            if kept
+            else None
+        ),  # fmt: skip
     )
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("provider"):
+        return hosted_declaration(
+            str(tool["provider"]), str(tool["name"]), dict(tool.get("provider_options") or {})
+        )
+    return {
+        "type": "function",
+        "name": tool["name"],
+        "description": tool.get("description", ""),
+        "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+        # Not strict: strict mode refuses schemas with optional properties.
+        "strict": False,
+    }
+
+
+def _searched(item: dict[str, Any], index: int) -> dict[str, Any]:
+    """A `web_search_call` output item as a readable provider call."""
+    action = dict(item.get("action") or {})
+    sources = action.pop("sources", None) or []
+    urls = [str(s.get("url")) for s in sources if isinstance(s, dict) and s.get("url")]
+    status = str(item.get("status") or "")
+    return {
+        "id": str(item.get("id") or f"ws_{index + 1}"),
+        "name": "web_search",
+        "arguments": json.dumps(action),
+        "provider": "openai",
+        "result": "\n".join(urls) or status,
+        "is_error": status in ("failed", "incomplete"),
+    }
 
 
 class ResponsesStream:

@@ -55,6 +55,13 @@ def ask_for_output(
     """`request` asking for an answer matching `schema`, and what turns the reply into one."""
     if schema is None:
         return request, _same
+    if (
+        mode == "auto"
+        and provider in ("gemini", "vertex")
+        and any(tool.get("provider") for tool in request.tools)
+    ):
+        # Gemini's Google Search goes beside no function (`tool`) and, on 2.x, no JSON mode.
+        mode = "prompted"
     mode = mode_for(mode, provider)
     if mode == "native":
         return dataclasses.replace(request, output_schema=schema, output_name=name), _same
