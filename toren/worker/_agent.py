@@ -21,6 +21,7 @@ from typing import Any
 from toren.agent._config import PROVIDER_KEYS, AgentConfig, read_config
 from toren.agent._tool import Tool
 from toren.errors import ConfigError, MissingEnvError
+from toren.worker.models._bedrock import ENV_NAMES as BEDROCK_ENV
 
 __all__ = ["PROVIDER_SETTINGS", "Agent", "load_agent", "process_specs"]
 
@@ -30,16 +31,7 @@ _PROVIDER_OPTIONAL = {
     "anthropic": ("ANTHROPIC_BASE_URL",),
     "gemini": ("GOOGLE_GEMINI_BASE_URL",),
     "vertex": ("GOOGLE_CLOUD_LOCATION", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_VERTEX_BASE_URL"),
-    # The AWS chain's names (toren.worker.models._bedrock.ENV_NAMES), kept to the worker.
-    "bedrock": (
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_PROFILE",
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "BEDROCK_ENDPOINT_URL",
-    ),
+    "bedrock": BEDROCK_ENV,  # the AWS chain's names, kept to the worker
     "azure": ("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN", "OPENAI_API_VERSION"),
 }
 PROVIDER_SETTINGS = frozenset({

@@ -27,7 +27,7 @@ from toren.errors import PromptTooLongError
 from toren.worker._http import DETAIL_CHARS, retry_after, retryable_status
 from toren.worker._redact import redactor
 from toren.worker.models._anthropic_stream import AnthropicStream, StreamError
-from toren.worker.models._base import ModelHTTPError, ModelReply
+from toren.worker.models._base import ModelHTTPError, ModelReply, replayed
 from toren.worker.models._window import refusal_detail, refusal_for
 
 __all__ = ["client", "sent"]
@@ -113,7 +113,7 @@ async def _streamed(
             # A compatible server that does not stream answers as if not asked to.
             await response.aread()
             data = decoded(response, label, key)
-            return _replayed(_parsed(lambda: parse(data), label, redact), on_delta)
+            return replayed(_parsed(lambda: parse(data), label, redact), on_delta)
         try:
             events = anthropic.AsyncStream.raw_events(response)
             async with aclosing(events) as stream:  # type: ignore[type-var]
@@ -147,18 +147,6 @@ def _parsed(
         # The exception can quote the body, which can quote the key: redact it.
         return_text = f"{label} sent a reply that is not a message ({exc!r})"
         raise ModelHTTPError(redact(return_text)) from None
-
-
-def _replayed(reply: ModelReply, on_delta: Callable[[Delta], None]) -> ModelReply:
-    """`reply`, its text and each tool call given to `on_delta` whole, as one delta each."""
-    if reply.content:
-        on_delta({"type": "text_delta", "text": reply.content})
-    for index, call in enumerate(reply.tool_calls):
-        on_delta(
-            {"type": "tool_call_delta", "index": index, "id": call["id"], "name": call["name"],
-             "arguments": call["arguments"]}
-        )  # fmt: skip
-    return reply
 
 
 def _arguments(body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:

@@ -39,6 +39,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "arguments_object",
+    "replayed",
     "system_folded",
     "usage",
 ]
@@ -174,3 +175,19 @@ def system_folded(request: ModelRequest) -> tuple[str, list[Message]]:
         return request.system, request.messages
     system = "\n\n".join(part for part in (request.system, *said) if part.strip())
     return system, [m for m in request.messages if m.get("role") != "system"]
+
+
+def replayed(reply: ModelReply, on_delta: Callable[[dict[str, Any]], None]) -> ModelReply:
+    """`reply`, its text and each tool call given to `on_delta` whole, as one delta each.
+
+    For a streamed request whose reply came whole (a server that ignores `stream`): the live
+    output still sees it, in the shapes `ModelRequest.on_delta` describes.
+    """
+    if reply.content:
+        on_delta({"type": "text_delta", "text": reply.content})
+    for index, call in enumerate(reply.tool_calls):
+        on_delta(
+            {"type": "tool_call_delta", "index": index, "id": call["id"], "name": call["name"],
+             "arguments": call["arguments"]}
+        )  # fmt: skip
+    return reply

@@ -25,7 +25,7 @@ import httpx
 import openai
 
 from toren.worker._redact import redactor
-from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest
+from toren.worker.models._base import ModelHTTPError, ModelReply, ModelRequest, replayed
 from toren.worker.models._openai_chat import ChatStream, chat_body, parse_chat
 from toren.worker.models._openai_errors import PARSE_ERRORS, model_error
 from toren.worker.models._openai_responses import ResponsesStream, parse_response, responses_body
@@ -166,7 +166,7 @@ class OpenAIModel:
             await response.aread()
             data = _json(response)
             reply = self._parsed(lambda: parse(data, request.model), kind == "response")
-            return _replayed(reply, on_delta)
+            return replayed(reply, on_delta)
         async with aclosing(events(response.aiter_lines())) as stream:
             async for event in stream:
                 try:
@@ -254,15 +254,3 @@ def _json(response: Any) -> Any:
         raise StreamError(
             f"returned HTTP {response.status_code} with a body that is not JSON: {snippet!r}"
         ) from None
-
-
-def _replayed(reply: ModelReply, on_delta: Callable[[Delta], None]) -> ModelReply:
-    """`reply`, its text and each tool call given to `on_delta` whole, as one delta each."""
-    if reply.content:
-        on_delta({"type": "text_delta", "text": reply.content})
-    for index, call in enumerate(reply.tool_calls):
-        on_delta(
-            {"type": "tool_call_delta", "index": index, "id": call["id"], "name": call["name"],
-             "arguments": call["arguments"]}
-        )  # fmt: skip
-    return reply
