@@ -27,6 +27,7 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.conftest import DevServer, result_of, wait_for
@@ -694,7 +695,8 @@ async def test_a_decision_racing_the_runs_end_is_a_conflict_not_an_unknown_run(
     client: Client, make_agent: Callable[..., Path]
 ) -> None:
     """Seen in CI: the run answered right after an approval and completed between the route's
-    status check and the update; Temporal's NOT_FOUND for that became a 404."""
+    status check and the update; Temporal's NOT_FOUND for that ("workflow execution already
+    completed", or "workflow update was aborted by closing workflow") became a 404."""
     from toren.web._errors import WebError
     from toren.web._routes import _closing_under
 
@@ -703,6 +705,11 @@ async def test_a_decision_racing_the_runs_end_is_a_conflict_not_an_unknown_run(
         handle = await toren_client.start_run(client, folder.name, "hi")
         await handle.result()
     with pytest.raises(WebError) as err:
-        async with _closing_under(handle.id, "no call waits any more"):
+        async with _closing_under(client, handle.id, "no call waits any more"):
             await toren_client.decide(client, handle.id, "g1", True, by="alice")
     assert err.value.status == 409 and "has closed" in str(err.value)
+    # A run that does not exist stays Temporal's NOT_FOUND (the API's 404).
+    with pytest.raises(RPCError) as missing:
+        async with _closing_under(client, "no-such-run-x", "no call waits any more"):
+            await toren_client.decide(client, "no-such-run-x", "g1", True, by="alice")
+    assert missing.value.status == RPCStatusCode.NOT_FOUND

@@ -214,7 +214,7 @@ class Handlers:
             raise WebError(409, f"{found.id!r} has closed: no call waits any more", field="id")
         client = await self._client()
         by = await decider(client, request.state.access, found.id, req)
-        async with _closing_under(found.id, "no call waits any more"):
+        async with _closing_under(client, found.id, "no call waits any more"):
             decision = await toren_client.decide(
                 client,
                 found.id,
@@ -288,9 +288,10 @@ class Handlers:
         found = await self._target(request, thread_only=thread_only)
         if found.status not in (None, WorkflowExecutionStatus.RUNNING):
             raise WebError(409, f"{found.id!r} has closed: no question waits any more", field="id")
-        async with _closing_under(found.id, "no question waits any more"):
+        client = await self._client()
+        async with _closing_under(client, found.id, "no question waits any more"):
             recorded = await toren_client.answer(
-                await self._client(),
+                client,
                 found.id,
                 req.question_id,
                 req.text,
@@ -313,15 +314,22 @@ class Handlers:
 
 
 @contextlib.asynccontextmanager
-async def _closing_under(run_id: str, what: str) -> AsyncIterator[None]:
+async def _closing_under(client: Client, run_id: str, what: str) -> AsyncIterator[None]:
     """A run seen running that closes before its update lands: 409 as for a closed run.
 
-    Temporal answers an update to a run that has just completed with NOT_FOUND ("workflow
-    execution already completed"), which is no unknown run.
+    Temporal answers an update to a run that is closing or has just closed with NOT_FOUND
+    ("workflow execution already completed", "workflow update was aborted by closing
+    workflow"), which is no unknown run: the run is asked how it stands.
     """
     try:
         yield
     except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND and "completed" in err.message:
-            raise WebError(409, f"{run_id!r} has closed: {what}", field="id") from None
-        raise
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        try:
+            status = (await client.get_workflow_handle(run_id).describe()).status
+        except RPCError:
+            raise err from None
+        if status in (None, WorkflowExecutionStatus.RUNNING):
+            raise
+        raise WebError(409, f"{run_id!r} has closed: {what}", field="id") from None
