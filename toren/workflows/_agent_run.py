@@ -35,14 +35,9 @@ with workflow.unsafe.imports_passed_through():
     from toren.workflows._budget import Budget
     from toren.workflows._context_window import ContextWindow
     from toren.workflows._handoff import take_handoff
-    from toren.workflows._input import (
-        StartInput,
-        naming_attachments,
-        one_raw_input,
-        parse_run_input,
-    )
+    from toren.workflows._input import StartInput, one_raw_input, parse_run_input
     from toren.workflows._model_step import call_model
-    from toren.workflows._origin import headline, start_fork, steps_before
+    from toren.workflows._origin import headline, opening, steps_before
     from toren.workflows._output import final_result, output_item
     from toren.workflows._race import unless
     from toren.workflows._run_handlers import RunHandlers
@@ -148,16 +143,7 @@ class AgentRun(RunHandlers):
             self._run, input, self._approvals, self._background, publish=self.publish
         )
         if input.carry is None:
-            opening = list(input.messages or [])
-            if input.fork is None or input.prompt:
-                prompt = naming_attachments(input.prompt, input.attachments)
-                opening.append({"role": "user", "content": prompt})
-            if input.fork is not None:
-                start_fork(self._run, input.fork, opening)
-            if input.eval is not None:
-                # Its record travels in the state, across continue-as-new, with how far it got.
-                self._run.eval = {**input.eval, "position": 0}
-            self._transcript.append_input(opening)
+            self._transcript.append_input(opening(self._run, input))
         try:
             result = await self._answer()
         except RunError as err:

@@ -1,6 +1,7 @@
 """Where a run comes from and what it runs on: a fork's starting point, the Web UI's line on it.
 
-`start_fork` sets a fork's state from `RunInput.fork` (`toren.client.fork_run` wrote it);
+`opening` is a new run's first messages (its prompt, a fork's or eval's start); `start_fork`
+sets a fork's state from `RunInput.fork` (`toren.client.fork_run` wrote it);
 `steps_before` is how many steps the budget does not count (a fork's budget is fresh);
 `provenance` names the agent definition, the origin (a fork, an eval) and the Worker
 Deployment Version, for the run's current details.
@@ -14,10 +15,28 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from toren.agent._types import RunInput, RunState
+    from toren.workflows._input import naming_attachments
 
-__all__ = ["headline", "provenance", "start_fork", "steps_before"]
+__all__ = ["headline", "opening", "provenance", "start_fork", "steps_before"]
 
 Message = dict[str, Any]
+
+
+def opening(run: RunState, input: RunInput) -> list[Message]:
+    """A new run's first messages: those given, then the prompt (naming its attachments).
+
+    A fork starts from its source's step (`start_fork`; its prompt, if any, is appended), an
+    eval run records its source's calls in the state, where they travel across continue-as-new.
+    """
+    messages = list(input.messages or [])
+    if input.fork is None or input.prompt:
+        prompt = naming_attachments(input.prompt, input.attachments)
+        messages.append({"role": "user", "content": prompt})
+    if input.fork is not None:
+        start_fork(run, input.fork, messages)
+    if input.eval is not None:
+        run.eval = {**input.eval, "position": 0}
+    return messages
 
 
 def start_fork(run: RunState, fork: dict[str, Any], opening: list[Message]) -> None:
