@@ -21,6 +21,7 @@ Every call has its own httpx client (toren's transport and timeout, so tests pas
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -187,7 +188,8 @@ class GeminiModel:
                 client = genai.Client(vertexai=False, api_key=self.api_key, http_options=options)
             else:
                 with self._failures():
-                    credentials = self._vertex_credentials()
+                    # Found once per worker; google.auth may ask a metadata server: off the loop.
+                    credentials = await asyncio.to_thread(self._vertex_credentials)
                 client = genai.Client(
                     vertexai=True,
                     project=self.vertex.project,
